@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Benchmark hookbox on this machine: build, start a throwaway instance, run the
+# load generator against it, stop it.
+#
+# Usage:
+#   scripts/bench.sh                                   # ingest --duration 10s --connections 64
+#   scripts/bench.sh ingest --duration 30s --connections 16
+#   scripts/bench.sh e2e --events 50000
+#   SQLITE_SYNCHRONOUS=normal WORKER_COUNT=32 scripts/bench.sh
+#
+# Arguments go to target/release/examples/loadgen (see `loadgen --help`); the
+# script adds --url itself. hookbox runs on 127.0.0.1:$BENCH_PORT (default: a
+# free port) with a fresh SQLite database and an empty handlers directory in a
+# temporary directory that is removed afterwards. Every other hookbox setting
+# passes through from the environment (note that DATABASE_URL, if set, wins over
+# the temporary DB_PATH). LOG_LEVEL defaults to warn; hookbox's log goes to
+# stderr only if something fails.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+for tool in cargo curl; do
+    command -v "$tool" >/dev/null || { echo "bench.sh: $tool is required" >&2; exit 1; }
+done
+
+# A free port on the loopback interface, unless BENCH_PORT says which.
+pick_port() {
+    if [[ -n "${BENCH_PORT:-}" ]]; then
+        echo "$BENCH_PORT"
+    elif command -v python3 >/dev/null; then
+        python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+    else
+        echo 18000
+    fi
+}
+
+echo "bench.sh: building (release)" >&2
+cargo build --release --bin hookbox --example loadgen
+
+port="$(pick_port)"
+url="http://127.0.0.1:${port}"
+workdir="$(mktemp -d "${TMPDIR:-/tmp}/hookbox-bench.XXXXXX")"
+mkdir "$workdir/handlers"
+log="$workdir/hookbox.log"
+hookbox_pid=""
+
+# Always stop hookbox (SIGTERM, then SIGKILL after 20s) and remove the temp dir.
+cleanup() {
+    local status=$?
+    if [[ -n "$hookbox_pid" ]] && kill -0 "$hookbox_pid" 2>/dev/null; then
+        kill -TERM "$hookbox_pid" 2>/dev/null || true
+        for _ in $(seq 1 200); do
+            kill -0 "$hookbox_pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        if kill -0 "$hookbox_pid" 2>/dev/null; then
+            echo "bench.sh: hookbox ignored SIGTERM for 20s; killing it" >&2
+            kill -KILL "$hookbox_pid" 2>/dev/null || true
+        fi
+        wait "$hookbox_pid" 2>/dev/null || true
+    fi
+    if [[ $status -ne 0 && -s "$log" ]]; then
+        echo "bench.sh: last lines of the hookbox log:" >&2
+        tail -n 30 "$log" >&2
+    fi
+    rm -rf "$workdir"
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+echo "bench.sh: starting hookbox on $url (data in $workdir)" >&2
+DB_PATH="$workdir/events.db" \
+    BIND_ADDR="127.0.0.1:${port}" \
+    HANDLERS_DIR="$workdir/handlers" \
+    LOG_LEVEL="${LOG_LEVEL:-warn}" \
+    target/release/hookbox serve >"$log" 2>&1 &
+hookbox_pid=$!
+
+# Wait up to 30s for GET /ready to answer 200.
+ready=""
+for _ in $(seq 1 300); do
+    if ! kill -0 "$hookbox_pid" 2>/dev/null; then
+        echo "bench.sh: hookbox exited during startup" >&2
+        exit 1
+    fi
+    if curl -fsS -o /dev/null --max-time 1 "$url/ready" 2>/dev/null; then
+        ready=1
+        break
+    fi
+    sleep 0.1
+done
+if [[ -z "$ready" ]]; then
+    echo "bench.sh: hookbox did not become ready at $url/ready within 30s" >&2
+    exit 1
+fi
+
+if [[ $# -eq 0 ]]; then
+    set -- ingest --duration 10s --connections 64
+fi
+# Put --url right after the subcommand unless the caller gave one.
+has_url=""
+for arg in "$@"; do
+    [[ "$arg" == --url || "$arg" == --url=* ]] && has_url=1
+done
+if [[ -z "$has_url" && "$1" != -* ]]; then
+    set -- "$1" --url "$url" "${@:2}"
+fi
+
+target/release/examples/loadgen "$@"

@@ -1,0 +1,308 @@
+//! `POST /webhooks`: validate, route, commit, enqueue, answer.
+//!
+//! Parsing happens once: the idempotency layer's store ([`EventsIdempotency`]) parses
+//! the body to learn the key and fingerprint and leaves the [`ParsedIntake`] in the
+//! request's extensions for [`intake`].
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tower::BoxError;
+use uuid::Uuid;
+
+use crate::api::problem::Problem;
+use crate::app::AppState;
+use crate::layers::idempotency::{
+    self, Begin, BoxFuture, CachedResponse, IdempotencyStore, Identity,
+};
+use crate::model::{NewEvent, Timestamp, hex};
+use crate::registry::is_event_type_byte;
+use crate::store::{EventSummary, Inserted, Store};
+use crate::telemetry::names;
+use crate::worker::Job;
+
+/// Longest event type and idempotency key, in bytes.
+pub const MAX_NAME_BYTES: usize = 255;
+
+/// A validated intake request.
+#[derive(Debug, Clone)]
+pub struct ParsedIntake {
+    /// The caller's key (header first, then `X-Idempotency-Key`, then the body).
+    pub key: Option<String>,
+    /// Validated event type.
+    pub event_type: String,
+    /// The payload value.
+    pub payload: Value,
+    /// Its canonical JSON text (object keys sorted), which is what is stored.
+    pub canonical: String,
+    /// Hex SHA-256 of `canonical`.
+    pub payload_sha256: String,
+}
+
+impl ParsedIntake {
+    fn fingerprint(&self) -> String {
+        fingerprint(&self.event_type, &self.payload_sha256)
+    }
+}
+
+fn fingerprint(event_type: &str, sha: &str) -> String {
+    format!("{event_type}\n{sha}")
+}
+
+/// Validates an intake request: content type, JSON shape, event type, key.
+pub fn parse(headers: &HeaderMap, body: &[u8], require_key: bool) -> Result<ParsedIntake, Problem> {
+    check_content_type(headers)?;
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| Problem::invalid_body(format!("the body is not valid JSON: {e}")))?;
+    let Value::Object(mut object) = value else {
+        return Err(Problem::invalid_body("the body must be a JSON object"));
+    };
+    let event_type = match object.remove("event_type") {
+        Some(Value::String(s)) => s,
+        Some(_) => return Err(Problem::invalid_body("event_type must be a string")),
+        None => return Err(Problem::invalid_body("event_type is required")),
+    };
+    validate_event_type(&event_type)?;
+    let key = idempotency_key(headers, object.remove("idempotency_key"))?;
+    if require_key && key.is_none() {
+        return Err(Problem::new(StatusCode::BAD_REQUEST, "missing_idempotency_key")
+            .detail("an Idempotency-Key header is required (REQUIRE_IDEMPOTENCY_KEY)"));
+    }
+    let payload = object.remove("payload").unwrap_or(Value::Null);
+    let canonical = payload.to_string();
+    let payload_sha256 = hex(&Sha256::digest(canonical.as_bytes()));
+    Ok(ParsedIntake {
+        key,
+        event_type,
+        payload,
+        canonical,
+        payload_sha256,
+    })
+}
+
+fn check_content_type(headers: &HeaderMap) -> Result<(), Problem> {
+    let mime = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase());
+    match mime.as_deref() {
+        Some("application/json") => Ok(()),
+        Some(m) if m.starts_with("application/") && m.ends_with("+json") => Ok(()),
+        _ => Err(Problem::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+            .detail("send the event as Content-Type: application/json")),
+    }
+}
+
+fn validate_event_type(t: &str) -> Result<(), Problem> {
+    let problem = |detail: &str| {
+        Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_event_type").detail(detail)
+    };
+    if t.is_empty() {
+        return Err(problem("event_type must not be empty"));
+    }
+    if t.len() > MAX_NAME_BYTES {
+        return Err(problem("event_type must be at most 255 bytes"));
+    }
+    if !t.bytes().all(is_event_type_byte) {
+        return Err(problem("event_type may only contain A-Z a-z 0-9 . _ : / -"));
+    }
+    Ok(())
+}
+
+fn idempotency_key(headers: &HeaderMap, body_key: Option<Value>) -> Result<Option<String>, Problem> {
+    let invalid = |detail: &str| {
+        Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_idempotency_key").detail(detail)
+    };
+    let from_header = headers
+        .get("idempotency-key")
+        .or_else(|| headers.get("x-idempotency-key"))
+        .map(|v| {
+            v.to_str()
+                .map(str::to_owned)
+                .map_err(|_| invalid("the idempotency key must be visible ASCII"))
+        })
+        .transpose()?;
+    let key = match (from_header, body_key) {
+        (Some(k), _) => Some(k),
+        (None, None | Some(Value::Null)) => None,
+        (None, Some(Value::String(k))) => Some(k),
+        (None, Some(_)) => return Err(Problem::invalid_body("idempotency_key must be a string")),
+    };
+    match key {
+        Some(k) if k.is_empty() => Err(invalid("the idempotency key must not be empty")),
+        Some(k) if k.len() > MAX_NAME_BYTES => Err(invalid("the idempotency key must be at most 255 bytes")),
+        other => Ok(other),
+    }
+}
+
+/// The idempotency store of intake: the events table itself.
+pub struct EventsIdempotency {
+    /// Where events live.
+    pub store: Arc<dyn Store>,
+    /// `REQUIRE_IDEMPOTENCY_KEY`.
+    pub require_key: bool,
+}
+
+impl IdempotencyStore for EventsIdempotency {
+    fn identify(&self, parts: &mut http::request::Parts, body: &Bytes) -> Identity {
+        match parse(&parts.headers, body, self.require_key) {
+            Err(problem) => Identity::Reject(problem),
+            Ok(parsed) => {
+                let identity = match &parsed.key {
+                    Some(key) => Identity::Keyed {
+                        key: key.clone(),
+                        fingerprint: parsed.fingerprint(),
+                    },
+                    None => Identity::Anonymous,
+                };
+                parts.extensions.insert(parsed);
+                identity
+            }
+        }
+    }
+
+    fn begin<'a>(
+        &'a self,
+        key: &'a str,
+        fingerprint: &'a str,
+    ) -> BoxFuture<'a, Result<Begin, BoxError>> {
+        Box::pin(async move {
+            let Some(event) = self.store.find_key(key).await? else {
+                return Ok(Begin::Proceed);
+            };
+            if self::fingerprint(&event.event_type, &event.payload_sha256) != fingerprint {
+                return Ok(Begin::Mismatch);
+            }
+            metrics::counter!(names::EVENTS_DUPLICATE).increment(1);
+            let res = accepted(StatusCode::OK, &event);
+            let (parts, body) = res.into_parts();
+            let body = axum::body::to_bytes(body, usize::MAX).await?;
+            Ok(Begin::Replay(CachedResponse {
+                status: parts.status,
+                headers: parts.headers,
+                body,
+            }))
+        })
+    }
+
+    fn finish(&self, _: String, _: String, _: Option<CachedResponse>) -> BoxFuture<'_, ()> {
+        // The event row written by the handler is the record; nothing else to keep.
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// The 202/200 answer: the event's summary with `Location`.
+fn accepted(status: StatusCode, event: &EventSummary) -> Response {
+    let mut res = (status, Json(event)).into_response();
+    if let Ok(location) = HeaderValue::from_str(&format!("/webhooks/{}", event.id)) {
+        res.headers_mut().insert(header::LOCATION, location);
+    }
+    res
+}
+
+/// The intake handler (behind the backpressure and idempotency layers).
+pub async fn intake(
+    State(app): State<AppState>,
+    parsed: Option<Extension<ParsedIntake>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, Problem> {
+    if app.lifecycle.is_draining() {
+        return Err(Problem::unavailable("shutting down; retry on another instance"));
+    }
+    let parsed = match parsed {
+        Some(Extension(p)) => p,
+        None => parse(&headers, &body, app.require_idempotency_key)?,
+    };
+    let id = Uuid::now_v7();
+    let deliveries = app.registry.deliveries(&parsed.event_type, &parsed.payload);
+    let event = NewEvent {
+        id,
+        idempotency_key: parsed.key.clone().unwrap_or_else(|| id.to_string()),
+        event_type: parsed.event_type.clone(),
+        payload: parsed.canonical.clone(),
+        payload_sha256: parsed.payload_sha256.clone(),
+        created_at: Timestamp::now(),
+        deliveries,
+    };
+    let jobs = Job::for_new_event(&event);
+    let Inserted { event: stored, created } = app
+        .store
+        .insert_event(event)
+        .await
+        .map_err(|e| Problem::unavailable(format!("the event was not stored: {e}")))?;
+    if !created {
+        if fingerprint(&stored.event_type, &stored.payload_sha256) != parsed.fingerprint() {
+            return Err(idempotency::reused());
+        }
+        metrics::counter!(names::EVENTS_DUPLICATE).increment(1);
+        return Ok(accepted(StatusCode::OK, &stored));
+    }
+    let label = if app.registry.is_routed(&stored.event_type) {
+        stored.event_type.clone()
+    } else {
+        "other".to_owned()
+    };
+    metrics::counter!(names::EVENTS_RECEIVED, "event_type" => label).increment(1);
+    app.queue.extend(jobs);
+    Ok(accepted(StatusCode::ACCEPTED, &stored))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json_headers() -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        h
+    }
+
+    fn code(r: Result<ParsedIntake, Problem>) -> &'static str {
+        r.expect_err("should be rejected").code
+    }
+
+    #[test]
+    fn rejects_each_bad_shape_with_its_code() {
+        let h = json_headers();
+        assert_eq!(code(parse(&h, b"not json", false)), "invalid_body");
+        assert_eq!(code(parse(&h, b"[1]", false)), "invalid_body");
+        assert_eq!(code(parse(&h, b"{}", false)), "invalid_body");
+        assert_eq!(code(parse(&h, br#"{"event_type": 5}"#, false)), "invalid_body");
+        assert_eq!(code(parse(&h, br#"{"event_type": ""}"#, false)), "invalid_event_type");
+        assert_eq!(code(parse(&h, br#"{"event_type": "a b"}"#, false)), "invalid_event_type");
+        let long = format!(r#"{{"event_type": "{}"}}"#, "a".repeat(256));
+        assert_eq!(code(parse(&h, long.as_bytes(), false)), "invalid_event_type");
+        assert_eq!(
+            code(parse(&h, br#"{"event_type": "a", "idempotency_key": ""}"#, false)),
+            "invalid_idempotency_key"
+        );
+        assert_eq!(code(parse(&h, br#"{"event_type": "a"}"#, true)), "missing_idempotency_key");
+        assert_eq!(code(parse(&HeaderMap::new(), br#"{"event_type": "a"}"#, false)), "unsupported_media_type");
+    }
+
+    #[test]
+    fn header_key_wins_and_payload_is_canonical() {
+        let mut h = json_headers();
+        h.insert("x-idempotency-key", HeaderValue::from_static("hdr"));
+        let p = parse(&h, br#"{"event_type":"a.b","idempotency_key":"body","payload":{"b":1,"a":2}}"#, false)
+            .expect("valid");
+        assert_eq!(p.key.as_deref(), Some("hdr"));
+        assert_eq!(p.canonical, r#"{"a":2,"b":1}"#);
+        let q = parse(&h, br#"{"payload":{"a":2, "b":1},"event_type":"a.b"}"#, false).expect("valid");
+        assert_eq!(p.payload_sha256, q.payload_sha256);
+    }
+
+    #[test]
+    fn accepts_json_suffix_media_types() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/cloudevents+json; charset=utf-8"));
+        assert!(parse(&h, br#"{"event_type":"a"}"#, false).is_ok());
+    }
+}

@@ -1,0 +1,52 @@
+//! The HTTP API of SPEC §2, as an axum [`Router`] over [`AppState`].
+//!
+//! Every error is RFC 9457 problem+json ([`problem::Problem`]), unknown routes and
+//! methods included. The intake route carries, outermost first, backpressure (429
+//! before the body is read) and idempotency (which also parses and validates).
+
+pub mod auth;
+pub mod intake;
+pub mod problem;
+pub mod probes;
+pub mod status;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use http::StatusCode;
+
+use crate::app::AppState;
+use crate::layers::backpressure::BackpressureLayer;
+use crate::layers::idempotency::IdempotencyLayer;
+use crate::layers::metrics::HttpMetricsLayer;
+use crate::layers::trace::request_tracing;
+use problem::Problem;
+
+/// Builds the whole router.
+pub fn router(app: AppState) -> Router {
+    let idempotency = IdempotencyLayer::new(
+        intake::EventsIdempotency {
+            store: app.store.clone(),
+            require_key: app.require_idempotency_key,
+        },
+        app.max_body_bytes,
+    );
+    let intake = post(intake::intake)
+        .route_layer(idempotency)
+        .route_layer(DefaultBodyLimit::max(app.max_body_bytes))
+        .route_layer(BackpressureLayer::new(app.queue.clone()));
+    Router::new()
+        .route("/webhooks", intake.get(status::lookup_or_list))
+        .route("/webhooks/{id}", get(status::by_id))
+        .route("/health", get(probes::health))
+        .route("/ready", get(probes::ready))
+        .route("/metrics", get(probes::metrics))
+        .fallback(|| async { Problem::not_found("route") })
+        .method_not_allowed_fallback(|| async {
+            Problem::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed")
+                .detail("this route does not accept that method")
+        })
+        .layer(HttpMetricsLayer::new())
+        .layer(request_tracing())
+        .with_state(app)
+}

@@ -1,0 +1,109 @@
+//! RFC 9457 problem details: every error hookbox answers is one of these.
+//!
+//! ```
+//! use axum::response::IntoResponse;
+//! use hookbox::api::problem::Problem;
+//! use http::StatusCode;
+//!
+//! let res = Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_event_type")
+//!     .detail("event_type must not be empty")
+//!     .into_response();
+//! assert_eq!(res.status(), 422);
+//! assert_eq!(res.headers()["content-type"], "application/problem+json");
+//! ```
+
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode, header};
+use serde::Serialize;
+
+/// The media type of a problem answer.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// An RFC 9457 problem with hookbox's extra `code` member.
+#[derive(Debug, Clone, Serialize)]
+pub struct Problem {
+    /// A URI naming the kind of problem (`urn:hookbox:problem:<code>`).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Short summary of the kind (the status's reason phrase).
+    pub title: String,
+    /// The HTTP status.
+    pub status: u16,
+    /// What went wrong with this request.
+    pub detail: String,
+    /// Stable machine-readable code (`invalid_body`, `overloaded`, …).
+    pub code: &'static str,
+    #[serde(skip)]
+    retry_after: Option<u64>,
+}
+
+/// Marks a response as a problem, with its code, so that layers (metrics) can read it
+/// without parsing the body.
+#[derive(Debug, Clone, Copy)]
+pub struct ProblemCode(pub &'static str);
+
+impl Problem {
+    /// A problem with the status's reason phrase as title and detail.
+    pub fn new(status: StatusCode, code: &'static str) -> Self {
+        let title = status.canonical_reason().unwrap_or("Error").to_owned();
+        Self {
+            kind: format!("urn:hookbox:problem:{code}"),
+            detail: title.clone(),
+            title,
+            status: status.as_u16(),
+            code,
+            retry_after: None,
+        }
+    }
+
+    /// Sets the human-readable explanation.
+    pub fn detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = detail.into();
+        self
+    }
+
+    /// Adds a `Retry-After: <seconds>` header to the answer.
+    pub fn retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
+    }
+
+    /// 400 `invalid_body`.
+    pub fn invalid_body(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_body").detail(detail)
+    }
+
+    /// 404 `not_found`.
+    pub fn not_found(what: &str) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found").detail(format!("{what} not found"))
+    }
+
+    /// 503 `unavailable`: the store could not be reached; nothing was accepted.
+    pub fn unavailable(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+            .detail(detail)
+            .retry_after(1)
+    }
+
+    /// 500 `internal`, logging the cause (which is never shown to the caller).
+    pub fn internal(cause: &dyn std::fmt::Display) -> Self {
+        tracing::error!(error = %cause, "internal error");
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal")
+            .detail("internal error; see the server log")
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = serde_json::to_vec(&self).unwrap_or_default();
+        let mut res = (status, body).into_response();
+        let headers = res.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if let Some(secs) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        res.extensions_mut().insert(ProblemCode(self.code));
+        res
+    }
+}

@@ -1,0 +1,540 @@
+//! Configuration: built-in defaults < `config/hookbox.toml` (or the file named by
+//! `HOOKBOX_CONFIG`) < environment variables.
+//!
+//! Every setting has one name, written `UPPER_CASE` in the environment and
+//! `lower_case` in the file. Every value is parsed here, once, into a typed
+//! [`Config`]; a bad one becomes a [`ConfigError`] that names the setting, which the
+//! binary prints on one line before exiting with code 2.
+//!
+//! ```
+//! use hookbox::config::Config;
+//! let cfg = Config::from_pairs([("WORKER_COUNT", "4"), ("RETRY_BASE_DELAY", "250ms")])
+//!     .expect("valid");
+//! assert_eq!(cfg.worker_count, 4);
+//! assert_eq!(cfg.retry_base_delay, std::time::Duration::from_millis(250));
+//!
+//! let err = Config::from_pairs([("QUEUE_MAXSIZE", "lots")]).unwrap_err();
+//! assert!(err.to_string().contains("QUEUE_MAXSIZE"));
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use figment::{Figment, Provider};
+use figment::providers::{Env, Format, Toml};
+use figment::value::Value;
+use ipnet::IpNet;
+
+/// The file read when `HOOKBOX_CONFIG` is not set (a missing default file is fine).
+pub const DEFAULT_CONFIG_FILE: &str = "config/hookbox.toml";
+
+/// Every setting with its default, in the order of SPEC §1. `None` = unset.
+pub const SETTINGS: &[(&str, Option<&str>)] = &[
+    ("BIND_ADDR", Some("0.0.0.0:8000")),
+    ("DATABASE_URL", None),
+    ("DB_PATH", Some("./data/events.db")),
+    ("HANDLERS_DIR", Some("./handlers")),
+    ("WORKER_COUNT", Some("16")),
+    ("QUEUE_MAXSIZE", Some("10000")),
+    ("MAX_ATTEMPTS", Some("5")),
+    ("RETRY_BASE_DELAY", Some("5s")),
+    ("RETRY_MAX_DELAY", Some("300s")),
+    ("HANDLER_TIMEOUT", Some("30s")),
+    ("RETENTION_DAYS", Some("30")),
+    ("CLEANUP_INTERVAL_HOURS", Some("1")),
+    ("MAX_BODY_BYTES", Some("1048576")),
+    ("REQUIRE_IDEMPOTENCY_KEY", Some("false")),
+    ("ADMIN_TOKEN", None),
+    ("SQLITE_SYNCHRONOUS", Some("full")),
+    ("SHUTDOWN_GRACE", Some("10s")),
+    ("ALLOWED_TARGETS", None),
+    ("METRICS_PUBLIC", Some("true")),
+    ("LEASE_TIMEOUT", Some("60s")),
+    ("LOG_LEVEL", Some("info")),
+    ("LOG_FORMAT", Some("pretty")),
+];
+
+/// A configuration problem, naming the setting it is about.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A value that does not parse or is out of range.
+    #[error("invalid value for {name}: {value:?} ({reason})")]
+    Invalid {
+        /// The setting's name, as in the environment.
+        name: &'static str,
+        /// The offending value (secrets are never echoed).
+        value: String,
+        /// What was expected.
+        reason: String,
+    },
+    /// The configuration file is missing, unreadable or not TOML.
+    #[error("cannot read configuration file {path}: {reason}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// A key in the configuration file that is no setting (a typo, most likely).
+    #[error("unknown setting {key:?} in {path}")]
+    UnknownKey {
+        /// The file.
+        path: PathBuf,
+        /// The key as written.
+        key: String,
+    },
+}
+
+/// How hard SQLite syncs each commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SqliteSynchronous {
+    /// fsync at every commit: an acknowledged event survives power loss.
+    Full,
+    /// Survives a crash of the process, not of the machine.
+    Normal,
+}
+
+/// Human or machine log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Coloured multi-field lines for a terminal.
+    Pretty,
+    /// One JSON object per line.
+    Json,
+}
+
+/// A secret string whose `Debug` and `Display` never show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret itself, for comparison or signing only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// The service's settings, typed. See SPEC §1 for each one's meaning.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Listen address (port 0 picks a free one).
+    pub bind_addr: SocketAddr,
+    /// `sqlite://PATH` or `postgres://…`; wins over `db_path`.
+    pub database_url: Option<String>,
+    /// SQLite file.
+    pub db_path: PathBuf,
+    /// Handler manifests.
+    pub handlers_dir: PathBuf,
+    /// Worker tasks (0 = this instance only accepts events).
+    pub worker_count: usize,
+    /// In-memory queue bound; full → 429.
+    pub queue_maxsize: usize,
+    /// Attempts before dead-letter.
+    pub max_attempts: u32,
+    /// Backoff base.
+    pub retry_base_delay: Duration,
+    /// Backoff cap.
+    pub retry_max_delay: Duration,
+    /// One attempt's limit.
+    pub handler_timeout: Duration,
+    /// Terminal events older than this many days are deleted.
+    pub retention_days: f64,
+    /// Retention task period.
+    pub cleanup_interval: Duration,
+    /// Larger request bodies get 413.
+    pub max_body_bytes: usize,
+    /// Intake without a key gets 400.
+    pub require_idempotency_key: bool,
+    /// Bearer token for admin routes.
+    pub admin_token: Option<Secret>,
+    /// SQLite durability.
+    pub sqlite_synchronous: SqliteSynchronous,
+    /// How long in-flight attempts may finish on SIGTERM.
+    pub shutdown_grace: Duration,
+    /// Private or loopback networks http handlers may reach anyway.
+    pub allowed_targets: Vec<IpNet>,
+    /// When false, `/metrics` needs the admin token.
+    pub metrics_public: bool,
+    /// PostgreSQL lease length.
+    pub lease_timeout: Duration,
+    /// tracing filter directive.
+    pub log_level: String,
+    /// Log line format.
+    pub log_format: LogFormat,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self::from_pairs(std::iter::empty::<(&str, &str)>())
+            .unwrap_or_else(|e| unreachable!("built-in defaults are valid: {e}"))
+    }
+}
+
+impl Config {
+    /// Loads defaults < config file < process environment.
+    ///
+    /// The file is `HOOKBOX_CONFIG` if set (it must exist), else
+    /// [`DEFAULT_CONFIG_FILE`] if it exists.
+    pub fn load() -> Result<Self, ConfigError> {
+        let explicit = std::env::var_os("HOOKBOX_CONFIG").map(PathBuf::from);
+        let mut values = match &explicit {
+            Some(path) => read_file(path)?,
+            None if Path::new(DEFAULT_CONFIG_FILE).exists() => {
+                read_file(Path::new(DEFAULT_CONFIG_FILE))?
+            }
+            None => BTreeMap::new(),
+        };
+        let names: Vec<&str> = SETTINGS.iter().map(|(n, _)| *n).collect();
+        let env = Figment::from(Env::raw().only(&names));
+        values.extend(flatten(&env));
+        Self::from_values(values)
+    }
+
+    /// Builds a configuration from `(NAME, value)` pairs over the defaults, ignoring
+    /// the file and the environment (for tests and embedding).
+    pub fn from_pairs<K: AsRef<str>, V: AsRef<str>>(
+        pairs: impl IntoIterator<Item = (K, V)>,
+    ) -> Result<Self, ConfigError> {
+        let values = pairs
+            .into_iter()
+            .map(|(k, v)| (k.as_ref().to_ascii_uppercase(), v.as_ref().to_owned()))
+            .collect();
+        Self::from_values(values)
+    }
+
+    fn from_values(values: BTreeMap<String, String>) -> Result<Self, ConfigError> {
+        let s = Settings(values);
+        Ok(Self {
+            bind_addr: s.parse("BIND_ADDR", "an address like 0.0.0.0:8000")?,
+            database_url: s.optional("DATABASE_URL"),
+            db_path: PathBuf::from(s.text("DB_PATH")),
+            handlers_dir: PathBuf::from(s.text("HANDLERS_DIR")),
+            worker_count: s.parse("WORKER_COUNT", "a whole number")?,
+            queue_maxsize: s.positive("QUEUE_MAXSIZE")?,
+            max_attempts: s.positive("MAX_ATTEMPTS")?,
+            retry_base_delay: s.duration("RETRY_BASE_DELAY")?,
+            retry_max_delay: s.duration("RETRY_MAX_DELAY")?,
+            handler_timeout: s.nonzero_duration("HANDLER_TIMEOUT")?,
+            retention_days: s.non_negative_f64("RETENTION_DAYS")?,
+            cleanup_interval: hours(s.positive_f64("CLEANUP_INTERVAL_HOURS")?),
+            max_body_bytes: s.positive("MAX_BODY_BYTES")?,
+            require_idempotency_key: s.boolean("REQUIRE_IDEMPOTENCY_KEY")?,
+            admin_token: s.optional("ADMIN_TOKEN").map(Secret),
+            sqlite_synchronous: s.choice(
+                "SQLITE_SYNCHRONOUS",
+                &[
+                    ("full", SqliteSynchronous::Full),
+                    ("normal", SqliteSynchronous::Normal),
+                ],
+            )?,
+            shutdown_grace: s.duration("SHUTDOWN_GRACE")?,
+            allowed_targets: s.cidrs("ALLOWED_TARGETS")?,
+            metrics_public: s.boolean("METRICS_PUBLIC")?,
+            lease_timeout: s.nonzero_duration("LEASE_TIMEOUT")?,
+            log_level: s.log_filter("LOG_LEVEL")?,
+            log_format: s.choice(
+                "LOG_FORMAT",
+                &[("pretty", LogFormat::Pretty), ("json", LogFormat::Json)],
+            )?,
+        })
+    }
+
+    /// The SQLite file this configuration names: `DATABASE_URL=sqlite://PATH` wins
+    /// over `DB_PATH`. `None` when `DATABASE_URL` names another database.
+    ///
+    /// ```
+    /// use hookbox::config::Config;
+    /// let cfg = Config::from_pairs([("DATABASE_URL", "sqlite:///tmp/x.db")]).expect("valid");
+    /// assert_eq!(cfg.sqlite_path().expect("sqlite"), std::path::Path::new("/tmp/x.db"));
+    /// ```
+    pub fn sqlite_path(&self) -> Option<PathBuf> {
+        match &self.database_url {
+            None => Some(self.db_path.clone()),
+            Some(url) => url
+                .strip_prefix("sqlite://")
+                .or_else(|| url.strip_prefix("sqlite:"))
+                .map(|p| PathBuf::from(p.split('?').next().unwrap_or(p))),
+        }
+    }
+}
+
+/// Parses a duration: `250ms`, `5s`, `5m`, `1h 30m`, or bare (possibly fractional)
+/// seconds.
+///
+/// ```
+/// use std::time::Duration;
+/// use hookbox::config::parse_duration;
+/// assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+/// assert_eq!(parse_duration("5m"), Some(Duration::from_secs(300)));
+/// assert_eq!(parse_duration("2.5"), Some(Duration::from_millis(2500)));
+/// assert_eq!(parse_duration("soon"), None);
+/// ```
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    if let Ok(secs) = text.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs).ok();
+    }
+    humantime::parse_duration(text).ok()
+}
+
+fn hours(h: f64) -> Duration {
+    Duration::try_from_secs_f64(h * 3600.0).unwrap_or(Duration::MAX)
+}
+
+fn read_file(path: &Path) -> Result<BTreeMap<String, String>, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })?;
+    let figment = Figment::from(Toml::string(&text));
+    let dict = figment.data().map_err(|e| ConfigError::File {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })?;
+    for key in dict.values().flat_map(|d| d.keys()) {
+        if !SETTINGS.iter().any(|(n, _)| n.eq_ignore_ascii_case(key)) {
+            return Err(ConfigError::UnknownKey {
+                path: path.to_owned(),
+                key: key.to_string(),
+            });
+        }
+    }
+    Ok(flatten(&figment))
+}
+
+/// Every top-level key of a figment as `UPPER_NAME → text`.
+fn flatten(figment: &Figment) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    if let Ok(data) = figment.data() {
+        for dict in data.values() {
+            for (key, value) in dict {
+                if let Some(text) = scalar_text(value) {
+                    out.insert(key.to_ascii_uppercase(), text);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn scalar_text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(_, s) => Some(s.clone()),
+        Value::Char(_, c) => Some(c.to_string()),
+        Value::Bool(_, b) => Some(b.to_string()),
+        Value::Num(_, n) => n
+            .to_u128()
+            .map(|u| u.to_string())
+            .or_else(|| n.to_i128().map(|i| i.to_string()))
+            .or_else(|| n.to_f64().map(|f| f.to_string())),
+        Value::Array(_, items) => Some(
+            items
+                .iter()
+                .filter_map(scalar_text)
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+        Value::Empty(..) | Value::Dict(..) => None,
+    }
+}
+
+/// Raw values by name, with typed accessors that fall back to the defaults.
+struct Settings(BTreeMap<String, String>);
+
+impl Settings {
+    fn optional(&self, name: &'static str) -> Option<String> {
+        self.0
+            .get(name)
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+            .or_else(|| default_of(name).map(str::to_owned))
+    }
+
+    fn text(&self, name: &'static str) -> String {
+        self.optional(name).unwrap_or_default()
+    }
+
+    fn invalid(&self, name: &'static str, reason: &str) -> ConfigError {
+        let value = if name == "ADMIN_TOKEN" || name == "DATABASE_URL" {
+            "***".to_owned()
+        } else {
+            self.text(name)
+        };
+        ConfigError::Invalid {
+            name,
+            value,
+            reason: reason.to_owned(),
+        }
+    }
+
+    fn parse<T: FromStr>(&self, name: &'static str, expected: &str) -> Result<T, ConfigError> {
+        self.text(name)
+            .parse()
+            .map_err(|_| self.invalid(name, &format!("expected {expected}")))
+    }
+
+    fn positive<T: FromStr + Default + PartialOrd>(
+        &self,
+        name: &'static str,
+    ) -> Result<T, ConfigError> {
+        let v: T = self.parse(name, "a whole number above 0")?;
+        if v > T::default() {
+            Ok(v)
+        } else {
+            Err(self.invalid(name, "expected a whole number above 0"))
+        }
+    }
+
+    fn non_negative_f64(&self, name: &'static str) -> Result<f64, ConfigError> {
+        let v: f64 = self.parse(name, "a number")?;
+        if v.is_finite() && v >= 0.0 {
+            Ok(v)
+        } else {
+            Err(self.invalid(name, "expected a number of at least 0"))
+        }
+    }
+
+    fn positive_f64(&self, name: &'static str) -> Result<f64, ConfigError> {
+        let v = self.non_negative_f64(name)?;
+        if v > 0.0 {
+            Ok(v)
+        } else {
+            Err(self.invalid(name, "expected a number above 0"))
+        }
+    }
+
+    fn duration(&self, name: &'static str) -> Result<Duration, ConfigError> {
+        parse_duration(&self.text(name))
+            .ok_or_else(|| self.invalid(name, "expected a duration like 250ms, 5s, 5m or 10"))
+    }
+
+    fn nonzero_duration(&self, name: &'static str) -> Result<Duration, ConfigError> {
+        let d = self.duration(name)?;
+        if d.is_zero() {
+            Err(self.invalid(name, "expected a duration above 0"))
+        } else {
+            Ok(d)
+        }
+    }
+
+    fn boolean(&self, name: &'static str) -> Result<bool, ConfigError> {
+        match self.text(name).to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" | "on" => Ok(true),
+            "false" | "0" | "no" | "off" => Ok(false),
+            _ => Err(self.invalid(name, "expected true or false")),
+        }
+    }
+
+    fn choice<T: Copy>(&self, name: &'static str, options: &[(&str, T)]) -> Result<T, ConfigError> {
+        let text = self.text(name).to_ascii_lowercase();
+        options
+            .iter()
+            .find(|(k, _)| *k == text)
+            .map(|(_, v)| *v)
+            .ok_or_else(|| {
+                let names: Vec<&str> = options.iter().map(|(k, _)| *k).collect();
+                self.invalid(name, &format!("expected one of {}", names.join(", ")))
+            })
+    }
+
+    fn cidrs(&self, name: &'static str) -> Result<Vec<IpNet>, ConfigError> {
+        self.text(name)
+            .split([',', ' '])
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                s.parse::<IpNet>()
+                    .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
+                    .map_err(|_| self.invalid(name, &format!("{s:?} is not a CIDR like 127.0.0.0/8")))
+            })
+            .collect()
+    }
+
+    fn log_filter(&self, name: &'static str) -> Result<String, ConfigError> {
+        let text = self.text(name);
+        tracing_subscriber::EnvFilter::builder()
+            .parse(&text)
+            .map(|_| text.clone())
+            .map_err(|e| self.invalid(name, &format!("not a tracing filter: {e}")))
+    }
+}
+
+fn default_of(name: &str) -> Option<&'static str> {
+    SETTINGS.iter().find(|(n, _)| *n == name).and_then(|(_, d)| *d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_spec() {
+        let c = Config::default();
+        assert_eq!(c.bind_addr.to_string(), "0.0.0.0:8000");
+        assert_eq!(c.worker_count, 16);
+        assert_eq!(c.queue_maxsize, 10_000);
+        assert_eq!(c.max_attempts, 5);
+        assert_eq!(c.retry_base_delay, Duration::from_secs(5));
+        assert_eq!(c.retry_max_delay, Duration::from_secs(300));
+        assert_eq!(c.handler_timeout, Duration::from_secs(30));
+        assert_eq!(c.cleanup_interval, Duration::from_secs(3600));
+        assert_eq!(c.max_body_bytes, 1_048_576);
+        assert!(!c.require_idempotency_key);
+        assert!(c.metrics_public);
+        assert_eq!(c.sqlite_synchronous, SqliteSynchronous::Full);
+        assert_eq!(c.log_format, LogFormat::Pretty);
+        assert_eq!(c.sqlite_path(), Some(PathBuf::from("./data/events.db")));
+    }
+
+    #[test]
+    fn every_bad_value_names_its_setting() {
+        for (name, bad) in [
+            ("BIND_ADDR", "nowhere"),
+            ("WORKER_COUNT", "-1"),
+            ("QUEUE_MAXSIZE", "0"),
+            ("MAX_ATTEMPTS", "x"),
+            ("RETRY_BASE_DELAY", "soon"),
+            ("HANDLER_TIMEOUT", "0s"),
+            ("CLEANUP_INTERVAL_HOURS", "0"),
+            ("REQUIRE_IDEMPOTENCY_KEY", "maybe"),
+            ("SQLITE_SYNCHRONOUS", "off"),
+            ("ALLOWED_TARGETS", "10.0.0.0/99"),
+            ("LOG_FORMAT", "xml"),
+            ("LOG_LEVEL", "hookbox=loud"),
+        ] {
+            let err = Config::from_pairs([(name, bad)]).expect_err(name);
+            assert!(err.to_string().contains(name), "{err}");
+        }
+    }
+
+    #[test]
+    fn admin_token_is_never_printed() {
+        let c = Config::from_pairs([("ADMIN_TOKEN", "hunter2")]).expect("valid");
+        assert!(!format!("{c:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn fractions_and_cidrs_parse() {
+        let c = Config::from_pairs([
+            ("CLEANUP_INTERVAL_HOURS", "0.001"),
+            ("ALLOWED_TARGETS", "127.0.0.0/8, ::1"),
+        ])
+        .expect("valid");
+        assert_eq!(c.cleanup_interval, Duration::from_millis(3600));
+        assert_eq!(c.allowed_targets.len(), 2);
+    }
+}

@@ -1,0 +1,356 @@
+//! Idempotency keys for any HTTP tower service, after the IETF
+//! `Idempotency-Key` header draft.
+//!
+//! The layer buffers the request body (bounded: over the limit is a 413), asks its
+//! [`IdempotencyStore`] who the request is, and then:
+//!
+//! | the store says | the answer |
+//! |---|---|
+//! | no key | the inner service, untouched |
+//! | a new key | the inner service; its response is handed back to the store |
+//! | the same key and fingerprint, finished | the stored response, replayed, with `Idempotent-Replayed: true` |
+//! | the same key, still in flight | 409, code `idempotency_key_in_flight` |
+//! | the same key, another fingerprint | 422, code `idempotency_key_reused` |
+//!
+//! The store decides what a key and a fingerprint are, so the same layer serves a
+//! generic API ([`MemoryStore`]: the `Idempotency-Key` header, a hash of method, path
+//! and body, responses kept for a published expiry) and hookbox's intake, whose store
+//! is the events table itself (a duplicate gets the event's *current* status).
+//!
+//! ```
+//! use std::time::Duration;
+//! use axum::{Router, routing::post, body::Body};
+//! use hookbox::layers::idempotency::{IdempotencyLayer, MemoryStore};
+//! use tower::ServiceExt;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let store = MemoryStore::new(Duration::from_secs(24 * 3600));
+//! let app = Router::new()
+//!     .route("/charges", post(|| async { (http::StatusCode::CREATED, "charged") }))
+//!     .route_layer(IdempotencyLayer::new(store, 64 * 1024));
+//! let req = || {
+//!     http::Request::post("/charges")
+//!         .header("idempotency-key", "k1")
+//!         .body(Body::from("{\"amount\":5}"))
+//!         .unwrap()
+//! };
+//! let first = app.clone().oneshot(req()).await.unwrap();
+//! let again = app.oneshot(req()).await.unwrap();
+//! assert_eq!(first.status(), 201);
+//! assert_eq!(again.status(), 201);
+//! assert_eq!(again.headers()["idempotent-replayed"], "true");
+//! # }
+//! ```
+
+mod memory;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Request, StatusCode, request::Parts};
+use tower::{BoxError, Layer, Service};
+
+pub use memory::MemoryStore;
+
+use crate::api::problem::Problem;
+
+/// A boxed, sendable future, as the store's methods return.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Who a request is, as far as idempotency goes.
+#[derive(Debug)]
+pub enum Identity {
+    /// No key: pass it through.
+    Anonymous,
+    /// A key and a fingerprint of what the request asks for.
+    Keyed {
+        /// The idempotency key.
+        key: String,
+        /// Two requests with one key must have equal fingerprints.
+        fingerprint: String,
+    },
+    /// The request is malformed in a way the store already knows: answer this.
+    Reject(Problem),
+}
+
+/// What the store knows of a key.
+#[derive(Debug)]
+pub enum Begin {
+    /// First time (the store may have reserved the key): call the inner service.
+    Proceed,
+    /// Another request with this key is being processed.
+    InFlight,
+    /// The key was used for a different request.
+    Mismatch,
+    /// Already answered: send this again.
+    Replay(CachedResponse),
+}
+
+/// A response as stored for replay.
+#[derive(Debug, Clone)]
+pub struct CachedResponse {
+    /// Status code.
+    pub status: StatusCode,
+    /// Headers worth replaying (content type, location, …).
+    pub headers: HeaderMap,
+    /// The full body.
+    pub body: Bytes,
+}
+
+impl CachedResponse {
+    fn into_response(self) -> Response {
+        let mut res = (self.status, self.body).into_response();
+        res.headers_mut().extend(self.headers);
+        res.headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+        res
+    }
+}
+
+/// Where keys and their outcomes live. Implement it for your database; hookbox uses
+/// its events table, [`MemoryStore`] keeps them in memory.
+pub trait IdempotencyStore: Send + Sync + 'static {
+    /// Reads the request's key and fingerprint. It may parse the body and leave what
+    /// it parsed in `parts.extensions` for the handler, so nothing is parsed twice.
+    fn identify(&self, parts: &mut Parts, body: &Bytes) -> Identity;
+
+    /// Looks the key up (and reserves it, if the store tracks requests in flight).
+    fn begin<'a>(
+        &'a self,
+        key: &'a str,
+        fingerprint: &'a str,
+    ) -> BoxFuture<'a, Result<Begin, BoxError>>;
+
+    /// Records the inner service's answer for a key that [`Begin::Proceed`]ed, or
+    /// releases the key (`None`) when the answer must not be replayed (5xx, errors).
+    fn finish(
+        &self,
+        key: String,
+        fingerprint: String,
+        response: Option<CachedResponse>,
+    ) -> BoxFuture<'_, ()>;
+}
+
+/// Wraps services in [`Idempotency`].
+pub struct IdempotencyLayer<St> {
+    store: Arc<St>,
+    max_body_bytes: usize,
+}
+
+impl<St> Clone for IdempotencyLayer<St> {
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            max_body_bytes: self.max_body_bytes,
+        }
+    }
+}
+
+impl<St: IdempotencyStore> IdempotencyLayer<St> {
+    /// Uses `store`; request bodies over `max_body_bytes` get 413.
+    pub fn new(store: St, max_body_bytes: usize) -> Self {
+        Self::shared(Arc::new(store), max_body_bytes)
+    }
+
+    /// Like [`IdempotencyLayer::new`] with a store that is shared elsewhere too.
+    pub fn shared(store: Arc<St>, max_body_bytes: usize) -> Self {
+        Self {
+            store,
+            max_body_bytes,
+        }
+    }
+}
+
+impl<S, St> Layer<S> for IdempotencyLayer<St> {
+    type Service = Idempotency<S, St>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Idempotency {
+            inner,
+            store: self.store.clone(),
+            max_body_bytes: self.max_body_bytes,
+        }
+    }
+}
+
+/// The service that [`IdempotencyLayer`] makes.
+pub struct Idempotency<S, St> {
+    inner: S,
+    store: Arc<St>,
+    max_body_bytes: usize,
+}
+
+impl<S: Clone, St> Clone for Idempotency<S, St> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            store: self.store.clone(),
+            max_body_bytes: self.max_body_bytes,
+        }
+    }
+}
+
+/// Largest response body kept for replay; larger answers are not replayable.
+const MAX_CACHED_RESPONSE: usize = 1 << 20;
+
+impl<S, St, ReqB, ResB> Service<Request<ReqB>> for Idempotency<S, St>
+where
+    S: Service<Request<Body>, Response = Response<ResB>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Send,
+    St: IdempotencyStore,
+    ReqB: http_body::Body<Data = Bytes> + Send + 'static,
+    ReqB::Error: Into<BoxError>,
+    ResB: http_body::Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<'static, Result<Response<Body>, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        // Use the service that was driven to readiness; leave a fresh clone behind.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let store = self.store.clone();
+        let limit = self.max_body_bytes;
+        Box::pin(async move {
+            let (mut parts, body) = req.into_parts();
+            let bytes = match buffer(&parts.headers, body, limit).await {
+                Ok(bytes) => bytes,
+                Err(problem) => return Ok(problem.into_response()),
+            };
+            match store.identify(&mut parts, &bytes) {
+                Identity::Anonymous => call(inner, parts, bytes).await,
+                Identity::Reject(problem) => Ok(problem.into_response()),
+                Identity::Keyed { key, fingerprint } => {
+                    keyed(inner, &*store, parts, bytes, key, fingerprint).await
+                }
+            }
+        })
+    }
+}
+
+async fn call<S, ResB>(mut inner: S, parts: Parts, bytes: Bytes) -> Result<Response<Body>, S::Error>
+where
+    S: Service<Request<Body>, Response = Response<ResB>>,
+    ResB: http_body::Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+{
+    let res = inner.call(Request::from_parts(parts, Body::from(bytes))).await?;
+    Ok(res.map(Body::new))
+}
+
+async fn keyed<S, St, ResB>(
+    inner: S,
+    store: &St,
+    parts: Parts,
+    bytes: Bytes,
+    key: String,
+    fingerprint: String,
+) -> Result<Response<Body>, S::Error>
+where
+    S: Service<Request<Body>, Response = Response<ResB>>,
+    St: IdempotencyStore,
+    ResB: http_body::Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+{
+    match store.begin(&key, &fingerprint).await {
+        Err(e) => Ok(Problem::unavailable(format!("idempotency store: {e}")).into_response()),
+        Ok(Begin::Replay(cached)) => Ok(cached.into_response()),
+        Ok(Begin::InFlight) => Ok(Problem::new(StatusCode::CONFLICT, "idempotency_key_in_flight")
+            .detail("a request with this Idempotency-Key is still being processed; retry later")
+            .retry_after(1)
+            .into_response()),
+        Ok(Begin::Mismatch) => Ok(reused().into_response()),
+        Ok(Begin::Proceed) => {
+            let res = match call(inner, parts, bytes).await {
+                Ok(res) => res,
+                Err(e) => {
+                    store.finish(key, fingerprint, None).await;
+                    return Err(e);
+                }
+            };
+            let (res, cached) = snapshot(res).await;
+            store.finish(key, fingerprint, cached).await;
+            Ok(res)
+        }
+    }
+}
+
+/// The 422 for a key used with another request.
+pub fn reused() -> Problem {
+    Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused")
+        .detail("this idempotency key was already used with a different request")
+}
+
+/// Buffers a request body up to `limit` bytes; over it is a 413 problem.
+pub async fn buffer<B>(headers: &HeaderMap, body: B, limit: usize) -> Result<Bytes, Problem>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let too_large = || {
+        Problem::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
+            .detail(format!("the request body is larger than {limit} bytes"))
+    };
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(Body::new(body), limit)
+        .await
+        .map_err(|e| {
+            let length_limit = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            if length_limit {
+                too_large()
+            } else {
+                Problem::invalid_body(format!("could not read the request body: {e}"))
+            }
+        })
+}
+
+/// Buffers a response so it can be both sent and stored. 5xx answers and oversized
+/// bodies are not stored.
+async fn snapshot(res: Response<Body>) -> (Response<Body>, Option<CachedResponse>) {
+    if res.status().is_server_error() {
+        return (res, None);
+    }
+    let (parts, body) = res.into_parts();
+    match axum::body::to_bytes(body, MAX_CACHED_RESPONSE).await {
+        Ok(bytes) => {
+            let mut headers = HeaderMap::new();
+            for name in [http::header::CONTENT_TYPE, http::header::LOCATION] {
+                if let Some(v) = parts.headers.get(&name) {
+                    headers.insert(name, v.clone());
+                }
+            }
+            let cached = CachedResponse {
+                status: parts.status,
+                headers,
+                body: bytes.clone(),
+            };
+            (Response::from_parts(parts, Body::from(bytes)), Some(cached))
+        }
+        Err(_) => (
+            Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "internal")
+                .detail("the response was too large to keep for idempotent replay")
+                .into_response(),
+            None,
+        ),
+    }
+}

@@ -1,0 +1,41 @@
+//! # hookbox
+//!
+//! A webhook inbox and delivery service: it accepts webhooks over HTTP, persists
+//! every one before answering, deduplicates by idempotency key, sheds load with 429,
+//! and hands every event to the handlers registered for its type, with retries,
+//! backoff and dead letters.
+//!
+//! The binary (`hookbox serve`) is a thin shell over this library. A Rust user can
+//! embed the pieces:
+//!
+//! - [`layers`]: tower layers that work around *any* HTTP service — backpressure,
+//!   idempotency keys, metrics, request ids and tracing;
+//! - [`store`]: the [`Store`](store::Store) trait and its SQLite implementation with
+//!   group commit;
+//! - [`queue`], [`registry`], [`worker`]: the processing side;
+//! - [`app::serve`]: the whole service.
+//!
+//! ```no_run
+//! use hookbox::{app, config::Config, registry::Registry};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = Config::from_pairs([("BIND_ADDR", "127.0.0.1:8000"), ("DB_PATH", "/tmp/hookbox.db")])?;
+//! app::serve(config, Registry::default(), None, async {
+//!     let _ = tokio::signal::ctrl_c().await;
+//! })
+//! .await?;
+//! # Ok(()) }
+//! ```
+
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod app;
+pub mod config;
+pub mod layers;
+pub mod model;
+pub mod queue;
+pub mod registry;
+pub mod store;
+pub mod telemetry;
+pub mod worker;

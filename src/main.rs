@@ -1,0 +1,140 @@
+//! The `hookbox` binary: a thin CLI over the library.
+//!
+//! Exit codes: 0 done, 1 failure at run time (or a failed check), 2 bad configuration.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use hookbox::config::Config;
+use hookbox::registry::Registry;
+
+/// hookbox — a webhook inbox and delivery service.
+///
+/// Configuration comes from built-in defaults, then config/hookbox.toml (or the file
+/// named by HOOKBOX_CONFIG), then environment variables (BIND_ADDR, DB_PATH, …; see
+/// config/hookbox.toml for every setting).
+#[derive(Parser)]
+#[command(version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the service (the default when no command is given).
+    Serve,
+    /// Apply the database schema and exit.
+    Migrate,
+    /// Exit 0 when the service at URL answers /ready with 200 (for HEALTHCHECK).
+    Health {
+        /// Base URL of the service.
+        #[arg(default_value = "http://127.0.0.1:8000")]
+        url: String,
+        /// Give up after this long.
+        #[arg(long, default_value = "3s", value_parser = parse_duration)]
+        timeout: Duration,
+    },
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    hookbox::config::parse_duration(s).ok_or_else(|| format!("not a duration: {s:?}"))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let config = match Config::load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("hookbox: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("hookbox: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command.unwrap_or(Command::Serve) {
+            Command::Serve => serve(config).await,
+            Command::Migrate => migrate(config).await,
+            Command::Health { url, timeout } => health(&url, timeout).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("hookbox: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(config: Config) -> anyhow::Result<ExitCode> {
+    hookbox::telemetry::init_tracing(&config.log_level, config.log_format);
+    let prometheus = hookbox::telemetry::install_prometheus().context("metrics recorder")?;
+    hookbox::telemetry::describe();
+    let registry = Registry::default();
+    hookbox::app::serve(config, registry, Some(prometheus), shutdown_signal()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn migrate(config: Config) -> anyhow::Result<ExitCode> {
+    hookbox::app::open_store(&config).await?;
+    println!("migrations applied");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A minimal HTTP/1.1 GET of `/ready` over a plain TCP stream (no client library
+/// needed for one request to a local port).
+async fn health(url: &str, timeout: Duration) -> anyhow::Result<ExitCode> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let authority = url
+        .strip_prefix("http://")
+        .context("health: only http:// URLs are supported")?
+        .trim_end_matches('/');
+    let check = async {
+        let mut stream = tokio::net::TcpStream::connect(authority).await?;
+        let request =
+            format!("GET /ready HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await?;
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head).await?;
+        Ok::<_, std::io::Error>(head)
+    };
+    let head = tokio::time::timeout(timeout, check)
+        .await
+        .context("health: timed out")?
+        .with_context(|| format!("health: {authority}"))?;
+    let ok = head.starts_with(b"HTTP/1.1 200") || head.starts_with(b"HTTP/1.0 200");
+    println!("{}", if ok { "ready" } else { "not ready" });
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}
+

@@ -1,0 +1,190 @@
+//! The domain types that cross module boundaries: events, deliveries, their status,
+//! and the timestamp format of the API.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Serialize, Serializer};
+use uuid::Uuid;
+
+/// Lifecycle of an event and of each of its deliveries:
+/// `pending → processing → completed | failed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Accepted and waiting for a worker (or for its retry time).
+    Pending,
+    /// A worker is running (one of) its handlers.
+    Processing,
+    /// Every delivery succeeded (or no handler matched).
+    Completed,
+    /// A delivery was dead-lettered and none is still running.
+    Failed,
+}
+
+impl Status {
+    /// The name stored in the database and shown by the API.
+    ///
+    /// ```
+    /// assert_eq!(hookbox::model::Status::Pending.as_str(), "pending");
+    /// ```
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Processing => "processing",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+        }
+    }
+
+    /// Parses a stored or query-string status name.
+    ///
+    /// ```
+    /// use hookbox::model::Status;
+    /// assert_eq!(Status::parse("failed"), Some(Status::Failed));
+    /// assert_eq!(Status::parse("done"), None);
+    /// ```
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "pending" => Some(Self::Pending),
+            "processing" => Some(Self::Processing),
+            "completed" => Some(Self::Completed),
+            "failed" => Some(Self::Failed),
+            _ => None,
+        }
+    }
+
+    /// True for `completed` and `failed`: nothing more will happen on its own.
+    pub const fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed)
+    }
+}
+
+/// A point in time as the API shows it: RFC 3339, UTC, milliseconds
+/// (`2026-11-25T22:44:57.123Z`). Stored in the same text form in SQLite, where it sorts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timestamp(pub DateTime<Utc>);
+
+impl Timestamp {
+    /// The current time, truncated to milliseconds so that stored and shown values agree.
+    pub fn now() -> Self {
+        let now = Utc::now();
+        let millis = now.timestamp_millis();
+        Self(DateTime::from_timestamp_millis(millis).unwrap_or(now))
+    }
+
+    /// Formats as RFC 3339 UTC with milliseconds.
+    ///
+    /// ```
+    /// use hookbox::model::Timestamp;
+    /// let t = Timestamp::parse("2026-11-25T22:44:57.123Z").expect("valid");
+    /// assert_eq!(t.to_rfc3339(), "2026-11-25T22:44:57.123Z");
+    /// ```
+    pub fn to_rfc3339(&self) -> String {
+        self.0.to_rfc3339_opts(SecondsFormat::Millis, true)
+    }
+
+    /// Parses any RFC 3339 timestamp (used for stored values and `before=` filters).
+    pub fn parse(s: &str) -> Option<Self> {
+        DateTime::parse_from_rfc3339(s)
+            .ok()
+            .map(|t| Self(t.with_timezone(&Utc)))
+    }
+
+    /// Milliseconds since the Unix epoch.
+    pub fn millis(&self) -> i64 {
+        self.0.timestamp_millis()
+    }
+}
+
+impl Serialize for Timestamp {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_rfc3339())
+    }
+}
+
+/// One handler's share of an event, as the status API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeliveryView {
+    /// The handler's name.
+    pub handler: String,
+    /// This delivery's own status.
+    pub status: Status,
+    /// Attempts made so far.
+    pub attempts: u32,
+    /// The last attempt's error, if it failed.
+    pub last_error: Option<String>,
+    /// When the next attempt is due, while waiting to retry.
+    pub retry_after: Option<Timestamp>,
+    /// Last change.
+    pub updated_at: Timestamp,
+}
+
+/// A stored event with everything the status API shows about it.
+#[derive(Debug, Clone, Serialize)]
+pub struct EventView {
+    /// UUID v7, so ids sort by creation time.
+    pub id: Uuid,
+    /// The caller's key, or the id when the caller sent none.
+    pub idempotency_key: String,
+    /// What kind of event this is; handlers route on it.
+    pub event_type: String,
+    /// Derived from the deliveries (see [`Status`]).
+    pub status: Status,
+    /// The highest attempt count among its deliveries.
+    pub attempts: u32,
+    /// The most recent delivery error.
+    pub last_error: Option<String>,
+    /// When it was accepted.
+    pub created_at: Timestamp,
+    /// Last change.
+    pub updated_at: Timestamp,
+    /// One entry per handler that matched.
+    pub deliveries: Vec<DeliveryView>,
+    /// Hex SHA-256 of the canonical payload, for idempotency checks (not shown).
+    #[serde(skip)]
+    pub payload_sha256: String,
+}
+
+/// An event ready to be stored: validated, fingerprinted and routed.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    /// Fresh UUID v7.
+    pub id: Uuid,
+    /// The caller's key, or the id as text.
+    pub idempotency_key: String,
+    /// Validated event type.
+    pub event_type: String,
+    /// Canonical JSON text of the payload (object keys sorted).
+    pub payload: String,
+    /// Hex SHA-256 of `payload`.
+    pub payload_sha256: String,
+    /// Acceptance time.
+    pub created_at: Timestamp,
+    /// The deliveries the registry decided on.
+    pub deliveries: Vec<NewDelivery>,
+}
+
+/// One delivery to create with its event.
+#[derive(Debug, Clone)]
+pub struct NewDelivery {
+    /// Fresh UUID v7.
+    pub id: Uuid,
+    /// The handler's name.
+    pub handler: String,
+    /// The value of the handler's ordering key in this payload, if it has one.
+    pub ordering_value: Option<String>,
+}
+
+/// Formats a byte slice as lowercase hex.
+///
+/// ```
+/// assert_eq!(hookbox::model::hex(&[0x0f, 0xa0]), "0fa0");
+/// ```
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
+    out
+}

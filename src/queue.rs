@@ -1,0 +1,154 @@
+//! The bounded in-memory work queue of one instance.
+//!
+//! Intake pushes after its commit; workers [`take`](Queue::take) jobs. The *depth*
+//! counts jobs queued **or running** (a [`Lease`] gives its place back when dropped),
+//! so a queue of a few slow jobs is as full as one of many waiting ones. The bound is
+//! soft: [`push`](Queue::push) always succeeds — a committed event is never dropped —
+//! and intake consults [`LoadSignal`] *before* it commits, answering 429 while the
+//! depth is at `QUEUE_MAXSIZE`. Startup recovery pushes everything unfinished,
+//! whatever the bound.
+//!
+//! ```
+//! use hookbox::queue::Queue;
+//! use hookbox::layers::backpressure::LoadSignal;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let q = Queue::new(2);
+//! q.push("a");
+//! q.push("b");
+//! assert!(q.overloaded().is_some());
+//! let lease = q.take().await.expect("open");
+//! assert_eq!(*lease, "a");
+//! assert_eq!(q.depth(), 2, "a running job still counts");
+//! drop(lease);
+//! assert_eq!(q.depth(), 1);
+//! # }
+//! ```
+
+use std::collections::VecDeque;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::layers::backpressure::LoadSignal;
+
+/// A multi-producer, multi-consumer FIFO with a depth signal.
+pub struct Queue<T> {
+    jobs: Mutex<Jobs<T>>,
+    ready: Notify,
+    depth: AtomicUsize,
+    capacity: usize,
+}
+
+struct Jobs<T> {
+    items: VecDeque<T>,
+    closed: bool,
+}
+
+impl<T> Queue<T> {
+    /// A queue that reports overload at `capacity` jobs.
+    pub fn new(capacity: usize) -> Arc<Self> {
+        Arc::new(Self {
+            jobs: Mutex::new(Jobs {
+                items: VecDeque::new(),
+                closed: false,
+            }),
+            ready: Notify::new(),
+            depth: AtomicUsize::new(0),
+            capacity,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Jobs<T>> {
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Appends a job, whatever the depth.
+    pub fn push(&self, job: T) {
+        self.depth.fetch_add(1, Ordering::Relaxed);
+        self.lock().items.push_back(job);
+        self.ready.notify_one();
+    }
+
+    /// Appends many jobs at once.
+    pub fn extend(&self, jobs: impl IntoIterator<Item = T>) {
+        let mut guard = self.lock();
+        let before = guard.items.len();
+        guard.items.extend(jobs);
+        let added = guard.items.len() - before;
+        drop(guard);
+        self.depth.fetch_add(added, Ordering::Relaxed);
+        for _ in 0..added.min(1024) {
+            self.ready.notify_one();
+        }
+    }
+
+    /// Waits for the next job; `None` once the queue is closed and empty... or closed.
+    pub async fn take(self: &Arc<Self>) -> Option<Lease<T>> {
+        loop {
+            let notified = self.ready.notified();
+            {
+                let mut guard = self.lock();
+                if guard.closed {
+                    return None;
+                }
+                if let Some(job) = guard.items.pop_front() {
+                    if !guard.items.is_empty() {
+                        self.ready.notify_one();
+                    }
+                    return Some(Lease {
+                        job,
+                        queue: self.clone(),
+                    });
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Stops handing out jobs (shutdown); waiting workers get `None`.
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.ready.notify_waiters();
+    }
+
+    /// Jobs queued or running.
+    pub fn depth(&self) -> usize {
+        self.depth.load(Ordering::Relaxed)
+    }
+
+    /// The bound at which intake is refused.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+impl<T: Send + 'static> LoadSignal for Queue<T> {
+    fn overloaded(&self) -> Option<Duration> {
+        (self.depth() >= self.capacity).then_some(Duration::from_secs(1))
+    }
+}
+
+/// A job taken from the queue; its place is given back when this is dropped.
+pub struct Lease<T> {
+    job: T,
+    queue: Arc<Queue<T>>,
+}
+
+impl<T> Deref for Lease<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.job
+    }
+}
+
+impl<T> Drop for Lease<T> {
+    fn drop(&mut self) {
+        self.queue.depth.fetch_sub(1, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,117 @@
+//! Persistence behind one trait, [`Store`], with one implementation per backend.
+//!
+//! The SQLite store ([`sqlite::SqliteStore`]) has a single writer task that commits
+//! whatever is waiting as one transaction (group commit) and answers each caller after
+//! that commit, plus a read-only pool for reads.
+
+pub mod sqlite;
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use crate::model::{EventView, NewEvent, Status, Timestamp};
+
+/// What can go wrong in a store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database failed or could not be reached.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// The schema could not be applied.
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The writer task has stopped (the process is shutting down).
+    #[error("the store's writer has stopped")]
+    WriterGone,
+    /// A stored value that does not parse (a corrupt or foreign row).
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+}
+
+/// The short form of an event that intake answers with.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct EventSummary {
+    /// Event id.
+    pub id: Uuid,
+    /// Its idempotency key.
+    pub idempotency_key: String,
+    /// Its type.
+    pub event_type: String,
+    /// Current status.
+    pub status: Status,
+    /// Acceptance time.
+    pub created_at: Timestamp,
+    /// Hex SHA-256 of the canonical payload (not shown).
+    #[serde(skip)]
+    pub payload_sha256: String,
+}
+
+/// The result of [`Store::insert_event`].
+#[derive(Debug, Clone)]
+pub struct Inserted {
+    /// The stored event: the new one, or the one that already had this key.
+    pub event: EventSummary,
+    /// False when the key already existed (nothing was inserted).
+    pub created: bool,
+}
+
+/// Filters and page position for [`Store::list_events`].
+#[derive(Debug, Clone, Default)]
+pub struct ListQuery {
+    /// Only events with this status.
+    pub status: Option<Status>,
+    /// Only events of this type.
+    pub event_type: Option<String>,
+    /// Page size (1..=500).
+    pub limit: u32,
+    /// Only events older than this id (the previous page's `next_cursor`).
+    pub before: Option<Uuid>,
+}
+
+/// One page of results, newest first.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Page<T> {
+    /// The items.
+    pub items: Vec<T>,
+    /// Pass as `cursor` to get the next page; `null` on the last one.
+    pub next_cursor: Option<String>,
+}
+
+/// Everything hookbox persists.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Durably stores a new event with its deliveries, or returns the event that
+    /// already holds its idempotency key. Returns only after the commit.
+    async fn insert_event(&self, event: NewEvent) -> Result<Inserted, StoreError>;
+
+    /// The event with this idempotency key, without its deliveries.
+    async fn find_key(&self, key: &str) -> Result<Option<EventSummary>, StoreError>;
+
+    /// The event with its deliveries.
+    async fn event(&self, id: Uuid) -> Result<Option<EventView>, StoreError>;
+
+    /// The event with this idempotency key, with its deliveries.
+    async fn event_by_key(&self, key: &str) -> Result<Option<EventView>, StoreError>;
+
+    /// A page of events, newest first.
+    async fn list_events(&self, query: &ListQuery) -> Result<Page<EventView>, StoreError>;
+
+    /// Succeeds when the database answers.
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Derives the event's status, attempts and last error from its deliveries (an
+    /// event without deliveries becomes `completed`).
+    async fn settle(&self, event: Uuid) -> Result<(), StoreError>;
+
+    /// Everything not finished, for startup recovery.
+    async fn unfinished(&self) -> Result<Unfinished, StoreError>;
+}
+
+/// Work left over from a previous run (SPEC §3: loaded before `/ready`).
+#[derive(Debug, Clone, Default)]
+pub struct Unfinished {
+    /// `(delivery, event)` of every `pending` or `processing` delivery, oldest first.
+    pub deliveries: Vec<(Uuid, Uuid)>,
+    /// Unfinished events without deliveries (accepted, not yet settled).
+    pub unsettled: Vec<Uuid>,
+}

@@ -1,0 +1,195 @@
+//! The SQLite store: one writer task (group commit), a read-only pool for reads.
+//!
+//! PRAGMAs are set on [`SqliteConnectOptions`], so every connection gets them:
+//! WAL, `synchronous` FULL (default) or NORMAL, `busy_timeout`, `foreign_keys`.
+//! With group commit one fsync covers a whole batch, which is why FULL costs little.
+
+mod rows;
+mod writer;
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{ConnectOptions, QueryBuilder, Sqlite};
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+
+use super::{EventSummary, Inserted, ListQuery, Page, Store, StoreError, Unfinished};
+use crate::config::SqliteSynchronous as Sync;
+use crate::model::{EventView, NewEvent};
+use rows::{EVENT_COLUMNS, SUMMARY_COLUMNS};
+use writer::Write;
+
+/// How many write requests may wait for the writer before callers wait to enqueue.
+const WRITE_BACKLOG: usize = 16_384;
+
+/// The SQLite implementation of [`Store`].
+#[derive(Clone)]
+pub struct SqliteStore {
+    read: SqlitePool,
+    writes: mpsc::Sender<Write>,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database file, applies the migrations and starts
+    /// the writer task.
+    pub async fn open(path: &Path, sync: Sync) -> Result<Self, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| StoreError::Database(sqlx::Error::Io(e)))?;
+        }
+        let base = SqliteConnectOptions::new()
+            .filename(path)
+            .busy_timeout(Duration::from_secs(5))
+            .foreign_keys(true)
+            .synchronous(match sync {
+                Sync::Full => SqliteSynchronous::Full,
+                Sync::Normal => SqliteSynchronous::Normal,
+            });
+        let mut conn = base
+            .clone()
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .statement_cache_capacity(256)
+            .connect()
+            .await?;
+        migrate(&mut conn).await?;
+        let read = SqlitePoolOptions::new()
+            .max_connections(4)
+            .min_connections(1)
+            .connect_with(base.read_only(true))
+            .await?;
+        let (writes, rx) = mpsc::channel(WRITE_BACKLOG);
+        tokio::spawn(writer::run(conn, rx));
+        Ok(Self { read, writes })
+    }
+
+    /// Opens `sqlite://PATH`-style URLs too (for tests and tools).
+    pub async fn open_url(url: &str, sync: Sync) -> Result<Self, StoreError> {
+        let opts = SqliteConnectOptions::from_str(url)?;
+        Self::open(opts.get_filename(), sync).await
+    }
+
+    async fn send<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Write,
+    ) -> Result<T, StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.writes
+            .send(make(tx))
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        rx.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    async fn view_where(&self, column: &str, value: &str) -> Result<Option<EventView>, StoreError> {
+        let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE {column} = ?");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(value)
+            .fetch_optional(&self.read)
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let mut views = vec![rows::event_view(&row)?];
+        rows::attach_deliveries(&self.read, &mut views).await?;
+        Ok(views.pop())
+    }
+}
+
+/// Applies the embedded SQLite migrations on one connection.
+pub async fn migrate(conn: &mut sqlx::SqliteConnection) -> Result<(), StoreError> {
+    sqlx::migrate!("migrations/sqlite").run(conn).await?;
+    Ok(())
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn insert_event(&self, event: NewEvent) -> Result<Inserted, StoreError> {
+        self.send(|reply| Write::Insert(event, reply)).await
+    }
+
+    async fn find_key(&self, key: &str) -> Result<Option<EventSummary>, StoreError> {
+        let sql = format!("SELECT {SUMMARY_COLUMNS} FROM events WHERE idempotency_key = ?");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(key)
+            .fetch_optional(&self.read)
+            .await?;
+        row.as_ref().map(rows::summary).transpose()
+    }
+
+    async fn event(&self, id: Uuid) -> Result<Option<EventView>, StoreError> {
+        self.view_where("id", &id.to_string()).await
+    }
+
+    async fn event_by_key(&self, key: &str) -> Result<Option<EventView>, StoreError> {
+        self.view_where("idempotency_key", key).await
+    }
+
+    async fn list_events(&self, query: &ListQuery) -> Result<Page<EventView>, StoreError> {
+        let mut qb = QueryBuilder::<Sqlite>::new(format!("SELECT {EVENT_COLUMNS} FROM events WHERE 1=1"));
+        if let Some(status) = query.status {
+            qb.push(" AND status = ").push_bind(status.as_str());
+        }
+        if let Some(t) = &query.event_type {
+            qb.push(" AND event_type = ").push_bind(t.clone());
+        }
+        if let Some(before) = query.before {
+            qb.push(" AND id < ").push_bind(before.to_string());
+        }
+        qb.push(" ORDER BY id DESC LIMIT ")
+            .push_bind(i64::from(query.limit) + 1);
+        let fetched = qb.build().fetch_all(&self.read).await?;
+        let mut items = fetched
+            .iter()
+            .map(rows::event_view)
+            .collect::<Result<Vec<_>, _>>()?;
+        let next_cursor = if items.len() > query.limit as usize {
+            items.truncate(query.limit as usize);
+            items.last().map(|e| e.id.to_string())
+        } else {
+            None
+        };
+        rows::attach_deliveries(&self.read, &mut items).await?;
+        Ok(Page { items, next_cursor })
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        if self.writes.is_closed() {
+            return Err(StoreError::WriterGone);
+        }
+        sqlx::query("SELECT 1").execute(&self.read).await?;
+        Ok(())
+    }
+
+    async fn settle(&self, event: Uuid) -> Result<(), StoreError> {
+        self.send(|reply| Write::Settle(event, reply)).await
+    }
+
+    async fn unfinished(&self) -> Result<Unfinished, StoreError> {
+        let deliveries = sqlx::query(
+            "SELECT id, event_id FROM deliveries WHERE status IN ('pending', 'processing') \
+             ORDER BY created_at, id",
+        )
+        .fetch_all(&self.read)
+        .await?
+        .iter()
+        .map(|r| Ok((rows::uuid(r, "id")?, rows::uuid(r, "event_id")?)))
+        .collect::<Result<_, StoreError>>()?;
+        let unsettled = sqlx::query(
+            "SELECT id FROM events e WHERE status IN ('pending', 'processing') \
+             AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id) ORDER BY id",
+        )
+        .fetch_all(&self.read)
+        .await?
+        .iter()
+        .map(|r| rows::uuid(r, "id"))
+        .collect::<Result<_, _>>()?;
+        Ok(Unfinished {
+            deliveries,
+            unsettled,
+        })
+    }
+}

@@ -1,0 +1,263 @@
+//! The single writer: group commit.
+//!
+//! One task owns the only write connection. It takes everything waiting in its
+//! channel (up to [`MAX_BATCH`]), applies it in one transaction with multi-row
+//! statements, commits (one fsync for the whole batch), and only then answers each
+//! caller. If a batch fails, its operations are retried one transaction each, so one
+//! bad operation fails alone.
+
+use std::collections::{HashMap, HashSet};
+
+use sqlx::{Connection, QueryBuilder, Row, Sqlite, SqliteConnection};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{error, warn};
+use uuid::Uuid;
+
+use super::rows::{self, SUMMARY_COLUMNS};
+use crate::model::{NewEvent, Status, Timestamp};
+use crate::store::{EventSummary, Inserted, StoreError};
+
+/// Most operations committed in one transaction.
+const MAX_BATCH: usize = 1024;
+/// Rows per multi-row INSERT (SQLite allows 32,766 bound values per statement).
+const ROWS_PER_STATEMENT: usize = 256;
+
+/// A write request and where to send its result.
+pub(super) enum Write {
+    /// Insert an event and its deliveries (or find the one holding its key).
+    Insert(NewEvent, oneshot::Sender<Result<Inserted, StoreError>>),
+    /// Derive an event's status from its deliveries.
+    Settle(Uuid, oneshot::Sender<Result<(), StoreError>>),
+}
+
+/// What one write produced.
+enum Done {
+    Inserted(Inserted),
+    Unit,
+}
+
+/// Runs until every sender is gone.
+pub(super) async fn run(mut conn: SqliteConnection, mut rx: mpsc::Receiver<Write>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        match commit(&mut conn, &batch).await {
+            Ok(results) => answer(batch.drain(..), results),
+            Err(e) if batch.len() == 1 => {
+                error!(error = %e, "write failed");
+                answer(batch.drain(..), vec![Err(e)]);
+            }
+            Err(e) => {
+                warn!(error = %e, size = batch.len(), "batch failed; retrying one by one");
+                for op in batch.drain(..) {
+                    let one = [op];
+                    let results = match commit(&mut conn, &one).await {
+                        Ok(r) => r,
+                        Err(e) => vec![Err(e)],
+                    };
+                    answer(one.into_iter(), results);
+                }
+            }
+        }
+    }
+    if let Err(e) = conn.close().await {
+        warn!(error = %e, "closing the write connection");
+    }
+}
+
+// A caller that gave up (client disconnected) is fine to ignore: the event is
+// committed and a retry with its key finds it. Hence the dropped send results.
+fn answer(ops: impl Iterator<Item = Write>, results: Vec<Result<Done, StoreError>>) {
+    let mut results = results.into_iter();
+    for op in ops {
+        let result = results.next().unwrap_or(Err(StoreError::WriterGone));
+        match op {
+            Write::Insert(_, reply) => drop(reply.send(result.and_then(|d| match d {
+                Done::Inserted(i) => Ok(i),
+                Done::Unit => Err(StoreError::Corrupt("insert answered without a row".into())),
+            }))),
+            Write::Settle(_, reply) => drop(reply.send(result.map(|_| ()))),
+        }
+    }
+}
+
+/// Applies `ops` in one transaction; one result per op, in order.
+async fn commit(
+    conn: &mut SqliteConnection,
+    ops: &[Write],
+) -> Result<Vec<Result<Done, StoreError>>, StoreError> {
+    let events: Vec<&NewEvent> = ops
+        .iter()
+        .filter_map(|op| match op {
+            Write::Insert(e, _) => Some(e),
+            Write::Settle(..) => None,
+        })
+        .collect();
+    let settles: Vec<Uuid> = ops
+        .iter()
+        .filter_map(|op| match op {
+            Write::Settle(id, _) => Some(*id),
+            Write::Insert(..) => None,
+        })
+        .collect();
+    let mut tx = conn.begin().await?;
+    let mut inserted = HashSet::with_capacity(events.len());
+    for chunk in events.chunks(ROWS_PER_STATEMENT) {
+        inserted.extend(insert_events(&mut tx, chunk).await?);
+    }
+    let new: Vec<&NewEvent> = events
+        .iter()
+        .copied()
+        .filter(|e| inserted.contains(&e.id))
+        .collect();
+    insert_deliveries(&mut tx, &new).await?;
+    let taken: Vec<&str> = events
+        .iter()
+        .filter(|e| !inserted.contains(&e.id))
+        .map(|e| e.idempotency_key.as_str())
+        .collect();
+    let existing = find_keys(&mut tx, &taken).await?;
+    for chunk in settles.chunks(ROWS_PER_STATEMENT) {
+        settle(&mut tx, chunk).await?;
+    }
+    tx.commit().await?;
+    Ok(ops
+        .iter()
+        .map(|op| match op {
+            Write::Settle(..) => Ok(Done::Unit),
+            Write::Insert(e, _) if inserted.contains(&e.id) => Ok(Done::Inserted(Inserted {
+                event: summary_of(e),
+                created: true,
+            })),
+            Write::Insert(e, _) => existing
+                .get(&e.idempotency_key)
+                .cloned()
+                .map(|event| {
+                    Done::Inserted(Inserted {
+                        event,
+                        created: false,
+                    })
+                })
+                .ok_or_else(|| StoreError::Corrupt("conflicting key not found".into())),
+        })
+        .collect())
+}
+
+/// Derives each event's status from its deliveries (SPEC §3): `completed` when all
+/// are (or there are none); `failed` when one is dead-lettered and none is still
+/// pending or processing; `pending` while nothing was tried yet; else `processing`.
+async fn settle(conn: &mut SqliteConnection, events: &[Uuid]) -> Result<(), StoreError> {
+    let mut qb = QueryBuilder::<Sqlite>::new(
+        "UPDATE events SET \
+           status = CASE \
+             WHEN NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id \
+                              AND d.status <> 'completed') THEN 'completed' \
+             WHEN NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id \
+                              AND d.status IN ('pending', 'processing')) THEN 'failed' \
+             WHEN NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id \
+                              AND (d.status <> 'pending' OR d.attempts > 0)) THEN 'pending' \
+             ELSE 'processing' END, \
+           attempts = COALESCE((SELECT MAX(d.attempts) FROM deliveries d \
+                                WHERE d.event_id = events.id), 0), \
+           last_error = (SELECT d.last_error FROM deliveries d WHERE d.event_id = events.id \
+                         AND d.last_error IS NOT NULL ORDER BY d.updated_at DESC LIMIT 1), \
+           updated_at = ",
+    );
+    qb.push_bind(Timestamp::now().to_rfc3339());
+    qb.push(" WHERE id IN (");
+    let mut list = qb.separated(", ");
+    for id in events {
+        list.push_bind(id.to_string());
+    }
+    qb.push(")");
+    qb.build().execute(&mut *conn).await?;
+    Ok(())
+}
+
+fn summary_of(e: &NewEvent) -> EventSummary {
+    EventSummary {
+        id: e.id,
+        idempotency_key: e.idempotency_key.clone(),
+        event_type: e.event_type.clone(),
+        status: Status::Pending,
+        created_at: e.created_at,
+        payload_sha256: e.payload_sha256.clone(),
+    }
+}
+
+/// One multi-row INSERT; returns the ids that were inserted (not key conflicts).
+async fn insert_events(
+    conn: &mut SqliteConnection,
+    events: &[&NewEvent],
+) -> Result<Vec<Uuid>, StoreError> {
+    let mut qb = QueryBuilder::<Sqlite>::new(
+        "INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256, \
+         created_at, updated_at) ",
+    );
+    qb.push_values(events, |mut row, e| {
+        let created = e.created_at.to_rfc3339();
+        row.push_bind(e.id.to_string())
+            .push_bind(e.idempotency_key.clone())
+            .push_bind(e.event_type.clone())
+            .push_bind(e.payload.clone())
+            .push_bind(e.payload_sha256.clone())
+            .push_bind(created.clone())
+            .push_bind(created);
+    });
+    qb.push(" ON CONFLICT (idempotency_key) DO NOTHING RETURNING id");
+    let rows = qb.build().fetch_all(&mut *conn).await?;
+    rows.iter()
+        .map(|r| {
+            let id: &str = r.try_get("id")?;
+            Uuid::parse_str(id).map_err(|_| StoreError::Corrupt(format!("id {id:?}")))
+        })
+        .collect()
+}
+
+async fn insert_deliveries(
+    conn: &mut SqliteConnection,
+    events: &[&NewEvent],
+) -> Result<(), StoreError> {
+    let all: Vec<(&NewEvent, &crate::model::NewDelivery)> = events
+        .iter()
+        .flat_map(|e| e.deliveries.iter().map(move |d| (*e, d)))
+        .collect();
+    for chunk in all.chunks(ROWS_PER_STATEMENT) {
+        let mut qb = QueryBuilder::<Sqlite>::new(
+            "INSERT INTO deliveries (id, event_id, handler, ordering_value, created_at, \
+             updated_at) ",
+        );
+        qb.push_values(chunk, |mut row, (e, d)| {
+            let created = e.created_at.to_rfc3339();
+            row.push_bind(d.id.to_string())
+                .push_bind(e.id.to_string())
+                .push_bind(d.handler.clone())
+                .push_bind(d.ordering_value.clone())
+                .push_bind(created.clone())
+                .push_bind(created);
+        });
+        qb.build().execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+async fn find_keys(
+    conn: &mut SqliteConnection,
+    keys: &[&str],
+) -> Result<HashMap<String, EventSummary>, StoreError> {
+    let mut found = HashMap::with_capacity(keys.len());
+    for chunk in keys.chunks(ROWS_PER_STATEMENT) {
+        let mut qb = QueryBuilder::<Sqlite>::new(format!(
+            "SELECT {SUMMARY_COLUMNS} FROM events WHERE idempotency_key IN ("
+        ));
+        let mut list = qb.separated(", ");
+        for k in chunk {
+            list.push_bind(k.to_string());
+        }
+        qb.push(")");
+        for row in qb.build().fetch_all(&mut *conn).await? {
+            let s = rows::summary(&row)?;
+            found.insert(s.idempotency_key.clone(), s);
+        }
+    }
+    Ok(found)
+}

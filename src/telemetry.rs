@@ -1,0 +1,95 @@
+//! Logs and metrics: the tracing subscriber, the Prometheus recorder, and every
+//! metric name of SPEC §5 as a constant.
+
+use std::time::Duration;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tracing_subscriber::EnvFilter;
+
+use crate::config::LogFormat;
+
+/// Metric names (part of the contract: SPEC §5).
+pub mod names {
+    /// Counter `{method,route,status}`.
+    pub const HTTP_REQUESTS: &str = "hookbox_http_requests_total";
+    /// Histogram `{method,route}`.
+    pub const HTTP_REQUEST_DURATION: &str = "hookbox_http_request_duration_seconds";
+    /// Counter `{event_type}` of accepted new events.
+    pub const EVENTS_RECEIVED: &str = "hookbox_events_received_total";
+    /// Counter of idempotent retries answered with the stored event.
+    pub const EVENTS_DUPLICATE: &str = "hookbox_events_duplicate_total";
+    /// Counter `{reason}` of refused intake requests.
+    pub const EVENTS_REJECTED: &str = "hookbox_events_rejected_total";
+    /// Counter of events no handler matched.
+    pub const EVENTS_UNROUTED: &str = "hookbox_events_unrouted_total";
+    /// Gauge: jobs in the in-memory queue (queued or running).
+    pub const QUEUE_DEPTH: &str = "hookbox_queue_depth";
+    /// Gauge: `QUEUE_MAXSIZE`.
+    pub const QUEUE_CAPACITY: &str = "hookbox_queue_capacity";
+    /// Counter `{handler,outcome}`; outcome is completed, retry or dead_letter.
+    pub const DELIVERIES: &str = "hookbox_deliveries_total";
+    /// Histogram `{handler}` of attempt durations.
+    pub const DELIVERY_DURATION: &str = "hookbox_delivery_duration_seconds";
+    /// Gauge: events not yet terminal.
+    pub const EVENTS_PENDING: &str = "hookbox_events_pending";
+    /// Gauge: failed deliveries (dead letters).
+    pub const DEAD_LETTERS: &str = "hookbox_dead_letters";
+    /// Gauge: age of the oldest unfinished event.
+    pub const OLDEST_PENDING_AGE: &str = "hookbox_oldest_pending_age_seconds";
+}
+
+/// Installs the global tracing subscriber (`LOG_LEVEL` filter, `LOG_FORMAT` lines).
+/// A second call does nothing.
+pub fn init_tracing(level: &str, format: LogFormat) {
+    let filter = EnvFilter::try_new(level).unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let _ = match format {
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .try_init(),
+        LogFormat::Pretty => builder.try_init(),
+    };
+}
+
+/// Installs the Prometheus recorder with histogram buckets (so histograms render as
+/// histograms, not summaries) and starts its upkeep task. Call once, from a runtime.
+pub fn install_prometheus() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError> {
+    const BUCKETS: &[f64] = &[
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+        30.0,
+    ];
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), BUCKETS)?
+        .install_recorder()?;
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tick.tick().await;
+            upkeep.run_upkeep();
+        }
+    });
+    Ok(handle)
+}
+
+/// Registers every metric with a description so `/metrics` lists them from the start.
+pub fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(names::HTTP_REQUESTS, "HTTP requests by method, route and status");
+    describe_histogram!(names::HTTP_REQUEST_DURATION, Unit::Seconds, "HTTP request duration");
+    describe_counter!(names::EVENTS_RECEIVED, "New events accepted, by event type");
+    describe_counter!(names::EVENTS_DUPLICATE, "Idempotent retries of known events");
+    describe_counter!(names::EVENTS_REJECTED, "Intake requests refused, by reason");
+    describe_counter!(names::EVENTS_UNROUTED, "Events that matched no handler");
+    describe_gauge!(names::QUEUE_DEPTH, "Jobs queued or running in memory");
+    describe_gauge!(names::QUEUE_CAPACITY, "QUEUE_MAXSIZE");
+    describe_counter!(names::DELIVERIES, "Delivery attempts by handler and outcome");
+    describe_histogram!(names::DELIVERY_DURATION, Unit::Seconds, "Delivery attempt duration");
+    describe_gauge!(names::EVENTS_PENDING, "Events not yet completed or failed");
+    describe_gauge!(names::DEAD_LETTERS, "Failed deliveries (dead letters)");
+    describe_gauge!(names::OLDEST_PENDING_AGE, Unit::Seconds, "Age of the oldest unfinished event");
+    metrics::counter!(names::EVENTS_DUPLICATE).absolute(0);
+    metrics::counter!(names::EVENTS_UNROUTED).absolute(0);
+}
