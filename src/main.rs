@@ -138,3 +138,4 @@ async fn shutdown_signal() {
     }
 }
 
+

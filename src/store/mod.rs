@@ -100,7 +100,9 @@ pub trait Store: Send + Sync + 'static {
     async fn ping(&self) -> Result<(), StoreError>;
 
     /// Derives the event's status, attempts and last error from its deliveries (an
-    /// event without deliveries becomes `completed`).
+    /// event without deliveries becomes `completed`). It may return before the
+    /// change is committed: a lost settle is redone by recovery, as the event is
+    /// still unfinished.
     async fn settle(&self, event: Uuid) -> Result<(), StoreError>;
 
     /// Everything not finished, for startup recovery.

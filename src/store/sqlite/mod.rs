@@ -165,7 +165,10 @@ impl Store for SqliteStore {
     }
 
     async fn settle(&self, event: Uuid) -> Result<(), StoreError> {
-        self.send(|reply| Write::Settle(event, reply)).await
+        self.writes
+            .send(Write::Settle(event))
+            .await
+            .map_err(|_| StoreError::WriterGone)
     }
 
     async fn unfinished(&self) -> Result<Unfinished, StoreError> {

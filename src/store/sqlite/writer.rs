@@ -26,8 +26,8 @@ const ROWS_PER_STATEMENT: usize = 256;
 pub(super) enum Write {
     /// Insert an event and its deliveries (or find the one holding its key).
     Insert(NewEvent, oneshot::Sender<Result<Inserted, StoreError>>),
-    /// Derive an event's status from its deliveries.
-    Settle(Uuid, oneshot::Sender<Result<(), StoreError>>),
+    /// Derive an event's status from its deliveries (nobody waits for it).
+    Settle(Uuid),
 }
 
 /// What one write produced.
@@ -75,7 +75,11 @@ fn answer(ops: impl Iterator<Item = Write>, results: Vec<Result<Done, StoreError
                 Done::Inserted(i) => Ok(i),
                 Done::Unit => Err(StoreError::Corrupt("insert answered without a row".into())),
             }))),
-            Write::Settle(_, reply) => drop(reply.send(result.map(|_| ()))),
+            Write::Settle(id) => {
+                if let Err(e) = result {
+                    warn!(event = %id, error = %e, "settle failed; recovery will redo it");
+                }
+            }
         }
     }
 }
@@ -95,7 +99,7 @@ async fn commit(
     let settles: Vec<Uuid> = ops
         .iter()
         .filter_map(|op| match op {
-            Write::Settle(id, _) => Some(*id),
+            Write::Settle(id) => Some(*id),
             Write::Insert(..) => None,
         })
         .collect();
