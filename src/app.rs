@@ -109,7 +109,9 @@ impl Deref for AppState {
 /// Opens the store a configuration names (and applies its migrations).
 pub async fn open_store(config: &Config) -> Result<Arc<dyn Store>, AppError> {
     match config.sqlite_path() {
-        Some(path) => Ok(Arc::new(SqliteStore::open(&path, config.sqlite_synchronous).await?)),
+        Some(path) => Ok(Arc::new(
+            SqliteStore::open(&path, config.sqlite_synchronous).await?,
+        )),
         None => Err(AppError::UnsupportedDatabase(
             config
                 .database_url

@@ -24,9 +24,9 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use figment::{Figment, Provider};
 use figment::providers::{Env, Format, Toml};
 use figment::value::Value;
+use figment::{Figment, Provider};
 use ipnet::IpNet;
 
 /// The file read when `HOOKBOX_CONFIG` is not set (a missing default file is fine).
@@ -459,7 +459,9 @@ impl Settings {
             .map(|s| {
                 s.parse::<IpNet>()
                     .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
-                    .map_err(|_| self.invalid(name, &format!("{s:?} is not a CIDR like 127.0.0.0/8")))
+                    .map_err(|_| {
+                        self.invalid(name, &format!("{s:?} is not a CIDR like 127.0.0.0/8"))
+                    })
             })
             .collect()
     }
@@ -474,7 +476,10 @@ impl Settings {
 }
 
 fn default_of(name: &str) -> Option<&'static str> {
-    SETTINGS.iter().find(|(n, _)| *n == name).and_then(|(_, d)| *d)
+    SETTINGS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .and_then(|(_, d)| *d)
 }
 
 #[cfg(test)]

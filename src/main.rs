@@ -113,7 +113,11 @@ async fn health(url: &str, timeout: Duration) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("health: {authority}"))?;
     let ok = head.starts_with(b"HTTP/1.1 200") || head.starts_with(b"HTTP/1.0 200");
     println!("{}", if ok { "ready" } else { "not ready" });
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 /// Resolves on SIGTERM or Ctrl-C.
@@ -137,5 +141,3 @@ async fn shutdown_signal() {
         () = term => {},
     }
 }
-
-

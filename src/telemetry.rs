@@ -42,7 +42,10 @@ pub mod names {
 /// A second call does nothing.
 pub fn init_tracing(level: &str, format: LogFormat) {
     let filter = EnvFilter::try_new(level).unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi);
     let _ = match format {
         LogFormat::Json => builder
             .json()
@@ -57,8 +60,7 @@ pub fn init_tracing(level: &str, format: LogFormat) {
 /// histograms, not summaries) and starts its upkeep task. Call once, from a runtime.
 pub fn install_prometheus() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError> {
     const BUCKETS: &[f64] = &[
-        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-        30.0,
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     ];
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), BUCKETS)?
@@ -76,20 +78,41 @@ pub fn install_prometheus() -> Result<PrometheusHandle, metrics_exporter_prometh
 
 /// Registers every metric with a description so `/metrics` lists them from the start.
 pub fn describe() {
-    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
-    describe_counter!(names::HTTP_REQUESTS, "HTTP requests by method, route and status");
-    describe_histogram!(names::HTTP_REQUEST_DURATION, Unit::Seconds, "HTTP request duration");
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        names::HTTP_REQUESTS,
+        "HTTP requests by method, route and status"
+    );
+    describe_histogram!(
+        names::HTTP_REQUEST_DURATION,
+        Unit::Seconds,
+        "HTTP request duration"
+    );
     describe_counter!(names::EVENTS_RECEIVED, "New events accepted, by event type");
-    describe_counter!(names::EVENTS_DUPLICATE, "Idempotent retries of known events");
+    describe_counter!(
+        names::EVENTS_DUPLICATE,
+        "Idempotent retries of known events"
+    );
     describe_counter!(names::EVENTS_REJECTED, "Intake requests refused, by reason");
     describe_counter!(names::EVENTS_UNROUTED, "Events that matched no handler");
     describe_gauge!(names::QUEUE_DEPTH, "Jobs queued or running in memory");
     describe_gauge!(names::QUEUE_CAPACITY, "QUEUE_MAXSIZE");
-    describe_counter!(names::DELIVERIES, "Delivery attempts by handler and outcome");
-    describe_histogram!(names::DELIVERY_DURATION, Unit::Seconds, "Delivery attempt duration");
+    describe_counter!(
+        names::DELIVERIES,
+        "Delivery attempts by handler and outcome"
+    );
+    describe_histogram!(
+        names::DELIVERY_DURATION,
+        Unit::Seconds,
+        "Delivery attempt duration"
+    );
     describe_gauge!(names::EVENTS_PENDING, "Events not yet completed or failed");
     describe_gauge!(names::DEAD_LETTERS, "Failed deliveries (dead letters)");
-    describe_gauge!(names::OLDEST_PENDING_AGE, Unit::Seconds, "Age of the oldest unfinished event");
+    describe_gauge!(
+        names::OLDEST_PENDING_AGE,
+        Unit::Seconds,
+        "Age of the oldest unfinished event"
+    );
     metrics::counter!(names::EVENTS_DUPLICATE).absolute(0);
     metrics::counter!(names::EVENTS_UNROUTED).absolute(0);
 }

@@ -19,11 +19,16 @@ pub fn require_admin(app: &AppState, headers: &HeaderMap) -> Result<(), Problem>
     let presented = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
         .map(str::trim);
     match presented {
         Some(p) if bool::from(p.as_bytes().ct_eq(token.expose().as_bytes())) => Ok(()),
-        Some(_) => Err(Problem::new(StatusCode::FORBIDDEN, "forbidden").detail("wrong admin token")),
+        Some(_) => {
+            Err(Problem::new(StatusCode::FORBIDDEN, "forbidden").detail("wrong admin token"))
+        }
         None => Err(Problem::new(StatusCode::UNAUTHORIZED, "unauthorized")
             .detail("this route needs Authorization: Bearer <ADMIN_TOKEN>")),
     }

@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 use tower::BoxError;
 use uuid::Uuid;
 
-use crate::api::problem::Problem;
+use crate::api::problem::{Problem, ProblemCode};
 use crate::app::AppState;
 use crate::layers::idempotency::{
     self, Begin, BoxFuture, CachedResponse, IdempotencyStore, Identity,
@@ -71,8 +71,10 @@ pub fn parse(headers: &HeaderMap, body: &[u8], require_key: bool) -> Result<Pars
     validate_event_type(&event_type)?;
     let key = idempotency_key(headers, object.remove("idempotency_key"))?;
     if require_key && key.is_none() {
-        return Err(Problem::new(StatusCode::BAD_REQUEST, "missing_idempotency_key")
-            .detail("an Idempotency-Key header is required (REQUIRE_IDEMPOTENCY_KEY)"));
+        return Err(
+            Problem::new(StatusCode::BAD_REQUEST, "missing_idempotency_key")
+                .detail("an Idempotency-Key header is required (REQUIRE_IDEMPOTENCY_KEY)"),
+        );
     }
     let payload = object.remove("payload").unwrap_or(Value::Null);
     let canonical = payload.to_string();
@@ -90,12 +92,20 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), Problem> {
     let mime = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase());
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        });
     match mime.as_deref() {
         Some("application/json") => Ok(()),
         Some(m) if m.starts_with("application/") && m.ends_with("+json") => Ok(()),
-        _ => Err(Problem::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
-            .detail("send the event as Content-Type: application/json")),
+        _ => Err(
+            Problem::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+                .detail("send the event as Content-Type: application/json"),
+        ),
     }
 }
 
@@ -115,7 +125,10 @@ fn validate_event_type(t: &str) -> Result<(), Problem> {
     Ok(())
 }
 
-fn idempotency_key(headers: &HeaderMap, body_key: Option<Value>) -> Result<Option<String>, Problem> {
+fn idempotency_key(
+    headers: &HeaderMap,
+    body_key: Option<Value>,
+) -> Result<Option<String>, Problem> {
     let invalid = |detail: &str| {
         Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_idempotency_key").detail(detail)
     };
@@ -136,7 +149,9 @@ fn idempotency_key(headers: &HeaderMap, body_key: Option<Value>) -> Result<Optio
     };
     match key {
         Some(k) if k.is_empty() => Err(invalid("the idempotency key must not be empty")),
-        Some(k) if k.len() > MAX_NAME_BYTES => Err(invalid("the idempotency key must be at most 255 bytes")),
+        Some(k) if k.len() > MAX_NAME_BYTES => {
+            Err(invalid("the idempotency key must be at most 255 bytes"))
+        }
         other => Ok(other),
     }
 }
@@ -189,6 +204,15 @@ fn accepted(status: StatusCode, event: &EventSummary) -> Response {
     res
 }
 
+/// Counts refused intake requests in `hookbox_events_rejected_total{reason}` by their
+/// problem code (the outermost layer of the intake route, so 429s count too).
+pub async fn count_rejections(res: Response) -> Response {
+    if let Some(ProblemCode(code)) = res.extensions().get::<ProblemCode>() {
+        metrics::counter!(names::EVENTS_REJECTED, "reason" => *code).increment(1);
+    }
+    res
+}
+
 /// The intake handler (behind the backpressure and idempotency layers).
 pub async fn intake(
     State(app): State<AppState>,
@@ -197,7 +221,9 @@ pub async fn intake(
     body: Bytes,
 ) -> Result<Response, Problem> {
     if app.lifecycle.is_draining() {
-        return Err(Problem::unavailable("shutting down; retry on another instance"));
+        return Err(Problem::unavailable(
+            "shutting down; retry on another instance",
+        ));
     }
     let parsed = match parsed {
         Some(Extension(p)) => p,
@@ -215,7 +241,10 @@ pub async fn intake(
         deliveries,
     };
     let jobs = Job::for_new_event(&event);
-    let Inserted { event: stored, created } = app
+    let Inserted {
+        event: stored,
+        created,
+    } = app
         .store
         .insert_event(event)
         .await
@@ -243,7 +272,10 @@ mod tests {
 
     fn json_headers() -> HeaderMap {
         let mut h = HeaderMap::new();
-        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
         h
     }
 
@@ -257,35 +289,69 @@ mod tests {
         assert_eq!(code(parse(&h, b"not json", false)), "invalid_body");
         assert_eq!(code(parse(&h, b"[1]", false)), "invalid_body");
         assert_eq!(code(parse(&h, b"{}", false)), "invalid_body");
-        assert_eq!(code(parse(&h, br#"{"event_type": 5}"#, false)), "invalid_body");
-        assert_eq!(code(parse(&h, br#"{"event_type": ""}"#, false)), "invalid_event_type");
-        assert_eq!(code(parse(&h, br#"{"event_type": "a b"}"#, false)), "invalid_event_type");
-        let long = format!(r#"{{"event_type": "{}"}}"#, "a".repeat(256));
-        assert_eq!(code(parse(&h, long.as_bytes(), false)), "invalid_event_type");
         assert_eq!(
-            code(parse(&h, br#"{"event_type": "a", "idempotency_key": ""}"#, false)),
+            code(parse(&h, br#"{"event_type": 5}"#, false)),
+            "invalid_body"
+        );
+        assert_eq!(
+            code(parse(&h, br#"{"event_type": ""}"#, false)),
+            "invalid_event_type"
+        );
+        assert_eq!(
+            code(parse(&h, br#"{"event_type": "a b"}"#, false)),
+            "invalid_event_type"
+        );
+        let long = format!(r#"{{"event_type": "{}"}}"#, "a".repeat(256));
+        assert_eq!(
+            code(parse(&h, long.as_bytes(), false)),
+            "invalid_event_type"
+        );
+        assert_eq!(
+            code(parse(
+                &h,
+                br#"{"event_type": "a", "idempotency_key": ""}"#,
+                false
+            )),
             "invalid_idempotency_key"
         );
-        assert_eq!(code(parse(&h, br#"{"event_type": "a"}"#, true)), "missing_idempotency_key");
-        assert_eq!(code(parse(&HeaderMap::new(), br#"{"event_type": "a"}"#, false)), "unsupported_media_type");
+        assert_eq!(
+            code(parse(&h, br#"{"event_type": "a"}"#, true)),
+            "missing_idempotency_key"
+        );
+        assert_eq!(
+            code(parse(&HeaderMap::new(), br#"{"event_type": "a"}"#, false)),
+            "unsupported_media_type"
+        );
     }
 
     #[test]
     fn header_key_wins_and_payload_is_canonical() {
         let mut h = json_headers();
         h.insert("x-idempotency-key", HeaderValue::from_static("hdr"));
-        let p = parse(&h, br#"{"event_type":"a.b","idempotency_key":"body","payload":{"b":1,"a":2}}"#, false)
-            .expect("valid");
+        let p = parse(
+            &h,
+            br#"{"event_type":"a.b","idempotency_key":"body","payload":{"b":1,"a":2}}"#,
+            false,
+        )
+        .expect("valid");
         assert_eq!(p.key.as_deref(), Some("hdr"));
         assert_eq!(p.canonical, r#"{"a":2,"b":1}"#);
-        let q = parse(&h, br#"{"payload":{"a":2, "b":1},"event_type":"a.b"}"#, false).expect("valid");
+        let q = parse(
+            &h,
+            br#"{"payload":{"a":2, "b":1},"event_type":"a.b"}"#,
+            false,
+        )
+        .expect("valid");
         assert_eq!(p.payload_sha256, q.payload_sha256);
     }
 
     #[test]
     fn accepts_json_suffix_media_types() {
         let mut h = HeaderMap::new();
-        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/cloudevents+json; charset=utf-8"));
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/cloudevents+json; charset=utf-8"),
+        );
         assert!(parse(&h, br#"{"event_type":"a"}"#, false).is_ok());
     }
 }

@@ -6,12 +6,13 @@
 
 pub mod auth;
 pub mod intake;
-pub mod problem;
 pub mod probes;
+pub mod problem;
 pub mod status;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
+use axum::middleware::map_response;
 use axum::routing::{get, post};
 use http::StatusCode;
 
@@ -34,7 +35,8 @@ pub fn router(app: AppState) -> Router {
     let intake = post(intake::intake)
         .route_layer(idempotency)
         .route_layer(DefaultBodyLimit::max(app.max_body_bytes))
-        .route_layer(BackpressureLayer::new(app.queue.clone()));
+        .route_layer(BackpressureLayer::new(app.queue.clone()))
+        .route_layer(map_response(intake::count_rejections));
     Router::new()
         .route("/webhooks", intake.get(status::lookup_or_list))
         .route("/webhooks/{id}", get(status::by_id))

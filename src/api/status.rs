@@ -26,12 +26,16 @@ fn invalid_query(detail: impl Into<String>) -> Problem {
 
 /// Parses a path or cursor id; 400 when it is not a UUID.
 pub fn parse_id(text: &str) -> Result<Uuid, Problem> {
-    Uuid::parse_str(text)
-        .map_err(|_| Problem::new(StatusCode::BAD_REQUEST, "invalid_id").detail("the id is not a UUID"))
+    Uuid::parse_str(text).map_err(|_| {
+        Problem::new(StatusCode::BAD_REQUEST, "invalid_id").detail("the id is not a UUID")
+    })
 }
 
 /// `GET /webhooks/{id}`.
-pub async fn by_id(State(app): State<AppState>, Path(id): Path<String>) -> Result<Response, Problem> {
+pub async fn by_id(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, Problem> {
     let id = parse_id(&id)?;
     match app.store.event(id).await {
         Ok(Some(event)) => Ok(Json(event).into_response()),

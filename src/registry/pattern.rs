@@ -48,7 +48,9 @@ impl Pattern {
             return Err(err("empty pattern"));
         }
         if body.len() > 255 || !body.bytes().all(is_event_type_byte) {
-            return Err(err("only A-Z a-z 0-9 . _ : / - are allowed, at most 255 bytes"));
+            return Err(err(
+                "only A-Z a-z 0-9 . _ : / - are allowed, at most 255 bytes",
+            ));
         }
         Ok(if prefix {
             Self::Prefix(body.to_owned())

@@ -5,8 +5,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::request::Parts;
 use http::StatusCode;
+use http::request::Parts;
 use sha2::{Digest, Sha256};
 use tower::BoxError;
 

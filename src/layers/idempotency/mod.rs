@@ -247,7 +247,9 @@ where
     ResB: http_body::Body<Data = Bytes> + Send + 'static,
     ResB::Error: Into<BoxError>,
 {
-    let res = inner.call(Request::from_parts(parts, Body::from(bytes))).await?;
+    let res = inner
+        .call(Request::from_parts(parts, Body::from(bytes)))
+        .await?;
     Ok(res.map(Body::new))
 }
 
@@ -268,10 +270,12 @@ where
     match store.begin(&key, &fingerprint).await {
         Err(e) => Ok(Problem::unavailable(format!("idempotency store: {e}")).into_response()),
         Ok(Begin::Replay(cached)) => Ok(cached.into_response()),
-        Ok(Begin::InFlight) => Ok(Problem::new(StatusCode::CONFLICT, "idempotency_key_in_flight")
-            .detail("a request with this Idempotency-Key is still being processed; retry later")
-            .retry_after(1)
-            .into_response()),
+        Ok(Begin::InFlight) => Ok(
+            Problem::new(StatusCode::CONFLICT, "idempotency_key_in_flight")
+                .detail("a request with this Idempotency-Key is still being processed; retry later")
+                .retry_after(1)
+                .into_response(),
+        ),
         Ok(Begin::Mismatch) => Ok(reused().into_response()),
         Ok(Begin::Proceed) => {
             let res = match call(inner, parts, bytes).await {

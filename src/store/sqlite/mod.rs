@@ -129,7 +129,8 @@ impl Store for SqliteStore {
     }
 
     async fn list_events(&self, query: &ListQuery) -> Result<Page<EventView>, StoreError> {
-        let mut qb = QueryBuilder::<Sqlite>::new(format!("SELECT {EVENT_COLUMNS} FROM events WHERE 1=1"));
+        let mut qb =
+            QueryBuilder::<Sqlite>::new(format!("SELECT {EVENT_COLUMNS} FROM events WHERE 1=1"));
         if let Some(status) = query.status {
             qb.push(" AND status = ").push_bind(status.as_str());
         }

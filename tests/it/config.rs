@@ -1,0 +1,113 @@
+//! SPEC §1: layering and bad values (exit code 2, one line naming the setting).
+
+use std::process::Command;
+
+use crate::harness::{Hookbox, bin, write};
+
+fn run_with(env: &[(&str, &str)], dir: &std::path::Path) -> (Option<i32>, String) {
+    let out = Command::new(bin())
+        .current_dir(dir)
+        .env_clear()
+        .env("DB_PATH", dir.join("events.db"))
+        .env("BIND_ADDR", "127.0.0.1:0")
+        .envs(env.iter().copied())
+        .arg("serve")
+        .output()
+        .expect("run");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_bad_value_exits_2_naming_the_setting() {
+    let dir = tempfile::tempdir().expect("dir");
+    for (name, value) in [
+        ("WORKER_COUNT", "many"),
+        ("QUEUE_MAXSIZE", "0"),
+        ("RETRY_BASE_DELAY", "soon"),
+        ("BIND_ADDR", "not-an-address"),
+        ("SQLITE_SYNCHRONOUS", "off"),
+        ("MAX_BODY_BYTES", "-5"),
+        ("LOG_FORMAT", "xml"),
+        ("METRICS_PUBLIC", "perhaps"),
+        ("ALLOWED_TARGETS", "10.0.0.0/40"),
+    ] {
+        let (code, stderr) = run_with(&[(name, value)], dir.path());
+        assert_eq!(code, Some(2), "{name}={value}: {stderr}");
+        assert!(stderr.contains(name), "{name}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    }
+}
+
+#[test]
+fn the_admin_token_is_not_echoed_in_errors() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (code, stderr) = run_with(
+        &[("ADMIN_TOKEN", "s3cret-token"), ("WORKER_COUNT", "x")],
+        dir.path(),
+    );
+    assert_eq!(code, Some(2));
+    assert!(!stderr.contains("s3cret-token"));
+}
+
+#[test]
+fn file_values_apply_and_env_wins_over_them() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = write(
+        dir.path(),
+        "custom.toml",
+        "queue_maxsize = 1\nworker_count = 0\nmax_body_bytes = 5000\n",
+    );
+    let file = file.to_str().expect("utf-8 path").to_owned();
+    // QUEUE_MAXSIZE=1 from the file, WORKER_COUNT=0 from the file: the 2nd post is 429.
+    let hb = Hookbox::start(&[("HOOKBOX_CONFIG", &file)]);
+    let ev = serde_json::json!({"event_type": "t", "payload": {}});
+    assert_eq!(hb.post(&ev, &[]).status, 202);
+    assert_eq!(hb.post(&ev, &[]).status, 429);
+    drop(hb);
+    // The environment overrides the file.
+    let hb = Hookbox::start(&[("HOOKBOX_CONFIG", &file), ("QUEUE_MAXSIZE", "10")]);
+    assert_eq!(hb.post(&ev, &[]).status, 202);
+    assert_eq!(hb.post(&ev, &[]).status, 202);
+}
+
+#[test]
+fn a_missing_or_wrong_config_file_exits_2() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (code, stderr) = run_with(
+        &[("HOOKBOX_CONFIG", "/nonexistent/hookbox.toml")],
+        dir.path(),
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("/nonexistent/hookbox.toml"));
+    let typo = write(dir.path(), "typo.toml", "worker_cuont = 4\n");
+    let (code, stderr) = run_with(
+        &[("HOOKBOX_CONFIG", typo.to_str().expect("path"))],
+        dir.path(),
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("worker_cuont"), "{stderr}");
+}
+
+#[test]
+fn the_shipped_config_file_matches_the_defaults() {
+    // config/hookbox.toml lists every setting with its default (commented out), so
+    // uncommenting it changes nothing.
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/hookbox.toml"))
+        .expect("config/hookbox.toml");
+    for (name, default) in hookbox::config::SETTINGS {
+        let key = name.to_ascii_lowercase();
+        let line = text
+            .lines()
+            .find(|l| {
+                l.trim_start_matches(['#', ' '])
+                    .starts_with(&format!("{key} ="))
+            })
+            .unwrap_or_else(|| panic!("{key} is not in config/hookbox.toml"));
+        if let Some(d) = default {
+            assert!(line.contains(d), "{line} should show the default {d}");
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! Invariant 1 (nothing acknowledged is lost) and 6 (recovery before ready), with the
+//! real process killed.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::harness::{Hookbox, client};
+
+#[test]
+fn every_acknowledged_event_survives_kill_9() {
+    let env = [("WORKER_COUNT", "0"), ("QUEUE_MAXSIZE", "100000")];
+    let hb = Hookbox::start(&env);
+    let url = format!("{}/webhooks", hb.url);
+    // 8 threads post 125 events each; each records the keys that were acknowledged.
+    let acked: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|t| {
+                let url = url.clone();
+                s.spawn(move || {
+                    let mut acked = Vec::new();
+                    for n in 0..125 {
+                        let key = format!("durable-{t}-{n}");
+                        let res = client()
+                            .post(&url)
+                            .header("content-type", "application/json")
+                            .header("Idempotency-Key", &key)
+                            .body(json!({"event_type": "t", "payload": {"n": n}}).to_string())
+                            .send()
+                            .expect("send");
+                        assert_eq!(res.status().as_u16(), 202);
+                        acked.push(key);
+                    }
+                    acked
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("thread"))
+            .collect()
+    });
+    assert_eq!(acked.len(), 1000);
+    let dir = hb.kill9();
+    let hb = Hookbox::restart(dir, &env);
+    for key in &acked {
+        let r = hb
+            .get(&format!("/webhooks?idempotency_key={key}"))
+            .expect("get");
+        assert_eq!(r.status, 200, "{key} lost after kill -9");
+    }
+    assert!(
+        hb.logs()
+            .iter()
+            .any(|l| l.contains("recovered unfinished work")),
+        "recovery should have loaded the 1000 pending events"
+    );
+}
+
+#[test]
+fn ready_is_503_until_recovery_is_done_then_200() {
+    // Leave many unfinished events behind (no workers), then watch /ready from the
+    // moment the restarted process listens.
+    let env = [("WORKER_COUNT", "0"), ("QUEUE_MAXSIZE", "1000000")];
+    let hb = Hookbox::start(&env);
+    let url = format!("{}/webhooks", hb.url);
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let url = url.clone();
+            s.spawn(move || {
+                for n in 0..1000 {
+                    let res = client()
+                        .post(&url)
+                        .header("content-type", "application/json")
+                        .body(json!({"event_type": "t", "payload": {"t": t, "n": n}}).to_string())
+                        .send()
+                        .expect("send");
+                    assert_eq!(res.status().as_u16(), 202);
+                }
+            });
+        }
+    });
+    let dir = hb.kill9();
+    let mut seen = Vec::new();
+    let hb = Hookbox::spawn(dir, &env);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        let status = hb.get("/ready").map(|r| r.status).unwrap_or(0);
+        if seen.last() != Some(&status) {
+            seen.push(status);
+        }
+        if status == 200 {
+            break;
+        }
+    }
+    assert_eq!(seen.last(), Some(&200), "never ready: {seen:?}");
+    let ready_before_recovery = hb
+        .logs()
+        .iter()
+        .position(|l| l.contains("recovered unfinished work"))
+        .zip(hb.logs().iter().position(|l| l.contains(" ready")))
+        .is_some_and(|(recovered, ready)| recovered < ready);
+    assert!(
+        ready_before_recovery,
+        "recovery must finish before ready: {:?}",
+        hb.logs()
+    );
+    assert_eq!(
+        seen.first(),
+        Some(&503),
+        "the first answer must be 503: {seen:?}"
+    );
+}
+
+#[test]
+fn sigterm_turns_ready_503_and_exits_0() {
+    let mut hb = Hookbox::start(&[("SHUTDOWN_GRACE", "2s")]);
+    assert_eq!(hb.get("/health").expect("health").status, 200);
+    hb.sigterm();
+    let code = hb.wait_exit(Duration::from_secs(15));
+    assert_eq!(code, Some(0), "{:?}", hb.logs());
+    assert!(hb.logs().iter().any(|l| l.contains("shutting down")));
+}

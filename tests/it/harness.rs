@@ -1,0 +1,257 @@
+//! Starting and stopping the real binary, and talking to it.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A running `hookbox serve` with its own data directory.
+pub struct Hookbox {
+    child: Child,
+    pub url: String,
+    pub dir: Arc<tempfile::TempDir>,
+    pub logs: Arc<Mutex<Vec<String>>>,
+}
+
+/// The path of the binary under test.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_hookbox")
+}
+
+impl Hookbox {
+    /// Starts hookbox on a fresh directory and waits until `/ready` is 200.
+    pub fn start(env: &[(&str, &str)]) -> Self {
+        let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
+        std::fs::create_dir_all(dir.path().join("handlers")).expect("handlers dir");
+        let hb = Self::spawn(dir, env);
+        hb.wait_ready();
+        hb
+    }
+
+    /// Starts hookbox on `dir` and returns once it listens (not necessarily ready).
+    pub fn spawn(dir: Arc<tempfile::TempDir>, env: &[(&str, &str)]) -> Self {
+        let mut cmd = Command::new(bin());
+        cmd.current_dir(dir.path())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("BIND_ADDR", "127.0.0.1:0")
+            .env("DB_PATH", dir.path().join("events.db"))
+            .env("HANDLERS_DIR", dir.path().join("handlers"))
+            .env("LOG_LEVEL", "info")
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn hookbox");
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = mpsc::channel();
+        for stream in [
+            Box::new(child.stdout.take().expect("stdout")) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().expect("stderr")),
+        ] {
+            let logs = logs.clone();
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    if let Some(addr) = line.split("listening on ").nth(1) {
+                        let addr: String = addr
+                            .chars()
+                            .take_while(|c| !c.is_whitespace() && *c != '"')
+                            .collect();
+                        let _ = tx.send(addr);
+                    }
+                    logs.lock().expect("logs").push(line);
+                }
+            });
+        }
+        let url = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(url) => url,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("hookbox did not start: {:?}", logs.lock().expect("logs"));
+            }
+        };
+        Self {
+            child,
+            url,
+            dir,
+            logs,
+        }
+    }
+
+    /// Polls `/ready` until it answers 200 (30 s at most).
+    pub fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(r) = self.get("/ready") {
+                if r.status == 200 {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("hookbox never became ready: {:?}", self.logs());
+    }
+
+    /// The log lines so far.
+    pub fn logs(&self) -> Vec<String> {
+        self.logs.lock().expect("logs").clone()
+    }
+
+    /// SIGKILL, and wait for the process to be gone.
+    pub fn kill9(mut self) -> Arc<tempfile::TempDir> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.dir.clone()
+    }
+
+    /// Sends SIGTERM.
+    pub fn sigterm(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit (up to `timeout`) and returns its exit code.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Restarts on the same directory with the same settings, after a kill.
+    pub fn restart(dir: Arc<tempfile::TempDir>, env: &[(&str, &str)]) -> Self {
+        let hb = Self::spawn(dir, env);
+        hb.wait_ready();
+        hb
+    }
+
+    /// A blocking GET.
+    pub fn get(&self, path: &str) -> Result<Reply, reqwest::Error> {
+        request(client().get(format!("{}{path}", self.url)).send())
+    }
+
+    /// POSTs a JSON body to `/webhooks` with optional headers.
+    pub fn post(&self, body: &Value, headers: &[(&str, &str)]) -> Reply {
+        self.post_raw("/webhooks", &body.to_string(), "application/json", headers)
+    }
+
+    /// POSTs any body to `path`.
+    pub fn post_raw(
+        &self,
+        path: &str,
+        body: &str,
+        content_type: &str,
+        headers: &[(&str, &str)],
+    ) -> Reply {
+        let client = client();
+        let mut req = client
+            .post(format!("{}{path}", self.url))
+            .header("content-type", content_type)
+            .body(body.to_owned());
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        request(req.send()).expect("request")
+    }
+}
+
+impl Drop for Hookbox {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A response, read whole.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub text: String,
+}
+
+impl Reply {
+    /// The body as JSON (panics with the body when it is not).
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or_else(|_| panic!("not JSON: {}", self.text))
+    }
+
+    /// A header's value as text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// Asserts a problem+json answer with this status and code.
+    pub fn assert_problem(&self, status: u16, code: &str) {
+        assert_eq!(self.status, status, "{}", self.text);
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json")
+        );
+        let body = self.json();
+        assert_eq!(body["code"], code, "{body}");
+        assert_eq!(body["status"], status);
+        assert!(
+            body["type"].is_string() && body["title"].is_string() && body["detail"].is_string()
+        );
+    }
+}
+
+/// A shared blocking client.
+pub fn client() -> reqwest::blocking::Client {
+    static CLIENT: std::sync::OnceLock<reqwest::blocking::Client> = std::sync::OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            reqwest::blocking::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .expect("client")
+        })
+        .clone()
+}
+
+fn request(
+    res: Result<reqwest::blocking::Response, reqwest::Error>,
+) -> Result<Reply, reqwest::Error> {
+    let res = res?;
+    let status = res.status().as_u16();
+    let headers = res.headers().clone();
+    let text = res.text()?;
+    Ok(Reply {
+        status,
+        headers,
+        text,
+    })
+}
+
+/// Polls `f` every 20 ms until it returns `Some`, or panics after `timeout`.
+pub fn eventually<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Writes a file under `dir`, creating folders.
+pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).expect("mkdir");
+    }
+    std::fs::write(&path, text).expect("write");
+    path
+}

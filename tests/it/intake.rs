@@ -1,0 +1,266 @@
+//! SPEC §2 intake: every row of the table.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::harness::{Hookbox, client, eventually};
+
+fn order(n: u32) -> serde_json::Value {
+    json!({"event_type": "order.created", "payload": {"order": n, "items": ["a", "b"]}})
+}
+
+#[test]
+fn new_event_is_202_with_location_and_summary() {
+    let hb = Hookbox::start(&[]);
+    let r = hb.post(&order(1), &[("Idempotency-Key", "k-1")]);
+    assert_eq!(r.status, 202, "{}", r.text);
+    let body = r.json();
+    let id = body["id"].as_str().expect("id");
+    assert_eq!(
+        r.header("location"),
+        Some(format!("/webhooks/{id}").as_str())
+    );
+    assert_eq!(body["idempotency_key"], "k-1");
+    assert_eq!(body["event_type"], "order.created");
+    assert_eq!(body["status"], "pending");
+    let uuid = uuid::Uuid::parse_str(id).expect("uuid");
+    assert_eq!(uuid.get_version_num(), 7);
+    let created = body["created_at"].as_str().expect("created_at");
+    assert_eq!(created.len(), "2026-11-25T22:44:57.123Z".len(), "{created}");
+    assert!(created.ends_with('Z'));
+    assert!(r.header("x-request-id").is_some());
+}
+
+#[test]
+fn a_retry_gets_200_with_the_current_status_and_a_changed_payload_422() {
+    let hb = Hookbox::start(&[]);
+    let first = hb.post(&order(1), &[("Idempotency-Key", "same")]).json();
+    // No handler routes order.created here, so the event completes on its own.
+    eventually(Duration::from_secs(10), "completion", || {
+        let r = hb
+            .get(&format!("/webhooks/{}", first["id"].as_str()?))
+            .ok()?;
+        (r.json()["status"] == "completed").then_some(())
+    });
+    let again = hb.post(&order(1), &[("Idempotency-Key", "same")]);
+    assert_eq!(again.status, 200, "{}", again.text);
+    assert_eq!(again.json()["id"], first["id"]);
+    assert_eq!(again.json()["status"], "completed");
+
+    let other_payload = hb.post(&order(2), &[("Idempotency-Key", "same")]);
+    other_payload.assert_problem(422, "idempotency_key_reused");
+    let other_type = hb.post(
+        &json!({"event_type": "order.deleted", "payload": {"order": 1, "items": ["a", "b"]}}),
+        &[("Idempotency-Key", "same")],
+    );
+    other_type.assert_problem(422, "idempotency_key_reused");
+}
+
+#[test]
+fn key_sources_in_order_header_then_x_header_then_body() {
+    let hb = Hookbox::start(&[]);
+    let mut body = order(1);
+    body["idempotency_key"] = json!("from-body");
+    let r = hb.post(&body, &[]).json();
+    assert_eq!(r["idempotency_key"], "from-body");
+    let r = hb
+        .post(&order(2), &[("X-Idempotency-Key", "from-x")])
+        .json();
+    assert_eq!(r["idempotency_key"], "from-x");
+    let mut body = order(3);
+    body["idempotency_key"] = json!("ignored");
+    let r = hb
+        .post(
+            &body,
+            &[
+                ("Idempotency-Key", "from-header"),
+                ("X-Idempotency-Key", "x"),
+            ],
+        )
+        .json();
+    assert_eq!(r["idempotency_key"], "from-header");
+    // No key at all: the event's key is its id, and two posts are two events.
+    let a = hb.post(&order(4), &[]).json();
+    let b = hb.post(&order(4), &[]).json();
+    assert_eq!(a["idempotency_key"], a["id"]);
+    assert_ne!(a["id"], b["id"]);
+}
+
+#[test]
+fn reordered_json_keys_are_the_same_payload() {
+    let hb = Hookbox::start(&[]);
+    let a = hb.post_raw(
+        "/webhooks",
+        r#"{"event_type":"t","payload":{"a":1,"b":{"c":2,"d":3}}}"#,
+        "application/json",
+        &[("Idempotency-Key", "ordered")],
+    );
+    let b = hb.post_raw(
+        "/webhooks",
+        r#"{"payload":{"b":{"d":3,"c":2},"a":1},  "event_type":"t"}"#,
+        "application/json; charset=utf-8",
+        &[("Idempotency-Key", "ordered")],
+    );
+    assert_eq!(a.status, 202);
+    assert_eq!(b.status, 200, "{}", b.text);
+}
+
+#[test]
+fn malformed_bodies_are_400_invalid_body() {
+    let hb = Hookbox::start(&[]);
+    for body in [
+        "not json",
+        "",
+        "[1,2]",
+        "\"text\"",
+        "{}",
+        r#"{"payload": {}}"#,
+        r#"{"event_type": 42}"#,
+        r#"{"event_type": null}"#,
+        r#"{"event_type": "t", "idempotency_key": 5}"#,
+        "{\"event_type\": \"t\", \"payload\": \"\\ud800\"}",
+    ] {
+        hb.post_raw("/webhooks", body, "application/json", &[])
+            .assert_problem(400, "invalid_body");
+    }
+}
+
+#[test]
+fn bad_event_types_are_422() {
+    let hb = Hookbox::start(&[]);
+    let long = "a".repeat(256);
+    for t in ["", "has space", "emoji😀", "semi;colon", long.as_str()] {
+        hb.post(&json!({"event_type": t, "payload": {}}), &[])
+            .assert_problem(422, "invalid_event_type");
+    }
+    let max = "a".repeat(255);
+    for t in ["a", "order.created", "A-z_0.9:x/y", max.as_str()] {
+        let r = hb.post(&json!({"event_type": t, "payload": {}}), &[]);
+        assert_eq!(r.status, 202, "{t}: {}", r.text);
+    }
+}
+
+#[test]
+fn bad_keys_are_422() {
+    let hb = Hookbox::start(&[]);
+    let long = "k".repeat(256);
+    hb.post(&order(1), &[("Idempotency-Key", long.as_str())])
+        .assert_problem(422, "invalid_idempotency_key");
+    let mut body = order(1);
+    body["idempotency_key"] = json!("");
+    hb.post(&body, &[])
+        .assert_problem(422, "invalid_idempotency_key");
+    let max = "k".repeat(255);
+    assert_eq!(
+        hb.post(&order(1), &[("Idempotency-Key", max.as_str())])
+            .status,
+        202
+    );
+}
+
+#[test]
+fn oversized_bodies_are_413_and_wrong_types_415() {
+    let hb = Hookbox::start(&[("MAX_BODY_BYTES", "1000")]);
+    let big = json!({"event_type": "t", "payload": "x".repeat(2000)});
+    hb.post(&big, &[]).assert_problem(413, "payload_too_large");
+    let fits = json!({"event_type": "t", "payload": "x".repeat(900)});
+    assert_eq!(hb.post(&fits, &[]).status, 202);
+
+    let r = hb.post_raw("/webhooks", r#"{"event_type":"t"}"#, "text/plain", &[]);
+    r.assert_problem(415, "unsupported_media_type");
+    let r = hb.post_raw(
+        "/webhooks",
+        "event_type=t",
+        "application/x-www-form-urlencoded",
+        &[],
+    );
+    r.assert_problem(415, "unsupported_media_type");
+}
+
+#[test]
+fn a_chunked_body_over_the_limit_is_413() {
+    let hb = Hookbox::start(&[("MAX_BODY_BYTES", "1000")]);
+    // A streamed body has no Content-Length: the limit must hold while reading.
+    let body = reqwest::blocking::Body::new(std::io::Cursor::new(vec![b' '; 2000]));
+    let res = client()
+        .post(format!("{}/webhooks", hb.url))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .expect("send");
+    assert_eq!(res.status().as_u16(), 413);
+}
+
+#[test]
+fn require_idempotency_key_makes_keyless_posts_400() {
+    let hb = Hookbox::start(&[("REQUIRE_IDEMPOTENCY_KEY", "true")]);
+    hb.post(&order(1), &[])
+        .assert_problem(400, "missing_idempotency_key");
+    assert_eq!(
+        hb.post(&order(1), &[("Idempotency-Key", "given")]).status,
+        202
+    );
+}
+
+#[test]
+fn a_full_queue_answers_429_and_stores_nothing() {
+    // WORKER_COUNT=0: nothing drains the queue.
+    let hb = Hookbox::start(&[("QUEUE_MAXSIZE", "3"), ("WORKER_COUNT", "0")]);
+    for n in 0..3 {
+        let r = hb.post(&order(n), &[("Idempotency-Key", &format!("q-{n}"))]);
+        assert_eq!(r.status, 202, "{}", r.text);
+    }
+    let r = hb.post(&order(3), &[("Idempotency-Key", "q-3")]);
+    r.assert_problem(429, "overloaded");
+    let retry: u64 = r
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .expect("seconds");
+    assert!(retry >= 1);
+    assert_eq!(
+        hb.get("/webhooks?idempotency_key=q-3").expect("get").status,
+        404
+    );
+    assert_eq!(
+        hb.get("/webhooks?idempotency_key=q-2").expect("get").status,
+        200
+    );
+}
+
+#[test]
+fn fifty_concurrent_posts_with_one_key_make_one_event() {
+    let hb = Hookbox::start(&[]);
+    let url = format!("{}/webhooks", hb.url);
+    let answers: Vec<(u16, String)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..50)
+            .map(|_| {
+                let url = url.clone();
+                s.spawn(move || {
+                    let res = client()
+                        .post(url)
+                        .header("content-type", "application/json")
+                        .header("Idempotency-Key", "contended")
+                        .body(order(7).to_string())
+                        .send()
+                        .expect("send");
+                    let status = res.status().as_u16();
+                    let body: serde_json::Value = res.json().expect("json");
+                    (status, body["id"].as_str().expect("id").to_owned())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("thread"))
+            .collect()
+    });
+    let created = answers.iter().filter(|(s, _)| *s == 202).count();
+    assert_eq!(created, 1, "{answers:?}");
+    assert!(answers.iter().all(|(s, _)| *s == 202 || *s == 200));
+    let first = &answers[0].1;
+    assert!(answers.iter().all(|(_, id)| id == first), "{answers:?}");
+    let list = hb.get("/webhooks?limit=500").expect("list").json();
+    assert_eq!(list["items"].as_array().expect("items").len(), 1);
+}

@@ -1,0 +1,148 @@
+//! The layers around services that are not hookbox's (the promise of `src/layers`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::routing::post;
+use hookbox::layers::backpressure::{BackpressureLayer, LoadSignal};
+use hookbox::layers::idempotency::{IdempotencyLayer, MemoryStore};
+use http::{Request, StatusCode};
+use tower::ServiceExt;
+
+fn charge(key: &str, body: &'static str) -> Request<Body> {
+    Request::post("/charges")
+        .header("idempotency-key", key)
+        .body(Body::from(body))
+        .expect("request")
+}
+
+/// A slow, counting endpoint behind the idempotency layer.
+fn charges(calls: Arc<AtomicUsize>) -> Router {
+    Router::new()
+        .route(
+            "/charges",
+            post(move || {
+                let calls = calls.clone();
+                async move {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    (StatusCode::CREATED, "charged")
+                }
+            }),
+        )
+        .route_layer(IdempotencyLayer::new(
+            MemoryStore::new(Duration::from_secs(60)),
+            1024,
+        ))
+}
+
+#[tokio::test]
+async fn idempotency_replays_conflicts_and_rejects_reuse() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let app = charges(calls.clone());
+    let (first, second) = tokio::join!(app.clone().oneshot(charge("a", "{\"amount\":1}")), async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        app.clone().oneshot(charge("a", "{\"amount\":1}")).await
+    });
+    assert_eq!(first.expect("first").status(), StatusCode::CREATED);
+    assert_eq!(
+        second.expect("second").status(),
+        StatusCode::CONFLICT,
+        "in flight"
+    );
+    let replay = app
+        .clone()
+        .oneshot(charge("a", "{\"amount\":1}"))
+        .await
+        .expect("replay");
+    assert_eq!(replay.status(), StatusCode::CREATED);
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    let body = axum::body::to_bytes(replay.into_body(), 1024)
+        .await
+        .expect("body");
+    assert_eq!(&body[..], b"charged");
+    let reuse = app
+        .clone()
+        .oneshot(charge("a", "{\"amount\":2}"))
+        .await
+        .expect("reuse");
+    assert_eq!(reuse.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the handler ran once");
+    let big = Request::post("/charges")
+        .header("idempotency-key", "big")
+        .body(Body::from(vec![b'x'; 2048]))
+        .expect("request");
+    assert_eq!(
+        app.oneshot(big).await.expect("big").status(),
+        StatusCode::PAYLOAD_TOO_LARGE
+    );
+}
+
+#[tokio::test]
+async fn idempotency_expires_keys() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let app = Router::new()
+        .route(
+            "/charges",
+            post({
+                let calls = calls.clone();
+                move || {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    async { "ok" }
+                }
+            }),
+        )
+        .route_layer(IdempotencyLayer::new(
+            MemoryStore::new(Duration::from_millis(100)),
+            1024,
+        ));
+    app.clone().oneshot(charge("e", "{}")).await.expect("first");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    app.oneshot(charge("e", "{}")).await.expect("after expiry");
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+struct Gate(AtomicUsize);
+
+impl LoadSignal for Gate {
+    fn overloaded(&self) -> Option<Duration> {
+        (self.0.load(Ordering::SeqCst) > 0).then_some(Duration::from_millis(1500))
+    }
+}
+
+#[tokio::test]
+async fn backpressure_sheds_without_calling_the_service() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(Gate(AtomicUsize::new(1)));
+    let app = Router::new()
+        .route(
+            "/jobs",
+            post({
+                let calls = calls.clone();
+                move || {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    async { "queued" }
+                }
+            }),
+        )
+        .route_layer(BackpressureLayer::new(gate.clone()));
+    let req = || Request::post("/jobs").body(Body::empty()).expect("request");
+    let shed = app.clone().oneshot(req()).await.expect("shed");
+    assert_eq!(shed.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        shed.headers()["retry-after"],
+        "2",
+        "rounded up to whole seconds"
+    );
+    assert_eq!(shed.headers()["content-type"], "application/problem+json");
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    gate.0.store(0, Ordering::SeqCst);
+    assert_eq!(
+        app.oneshot(req()).await.expect("ok").status(),
+        StatusCode::OK
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
