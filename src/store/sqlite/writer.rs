@@ -8,13 +8,13 @@
 
 use std::collections::{HashMap, HashSet};
 
-use sqlx::{Connection, QueryBuilder, Row, Sqlite, SqliteConnection};
+use sqlx::{Connection, QueryBuilder, Sqlite, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{error, warn};
 use uuid::Uuid;
 
 use super::rows::{self, SUMMARY_COLUMNS};
-use crate::model::{NewEvent, Status, Timestamp};
+use crate::model::{NewDelivery, NewEvent, Status, Timestamp};
 use crate::store::{EventSummary, Inserted, StoreError};
 
 /// Most operations committed in one transaction.
@@ -85,6 +85,11 @@ fn answer(ops: impl Iterator<Item = Write>, results: Vec<Result<Done, StoreError
 }
 
 /// Applies `ops` in one transaction; one result per op, in order.
+///
+/// The whole transaction — `BEGIN`, the multi-row statements, `COMMIT` — goes to
+/// SQLite as one script, so a batch costs one round trip to sqlx's SQLite thread
+/// instead of one per statement (measured: the round trips were a third of the
+/// writer's time). Keys that were already taken are looked up after the commit.
 async fn commit(
     conn: &mut SqliteConnection,
     ops: &[Write],
@@ -103,27 +108,39 @@ async fn commit(
             Write::Insert(..) => None,
         })
         .collect();
-    let mut tx = conn.begin().await?;
-    let mut inserted = HashSet::with_capacity(events.len());
+    let mut script = QueryBuilder::<Sqlite>::new("BEGIN IMMEDIATE;");
     for chunk in events.chunks(ROWS_PER_STATEMENT) {
-        inserted.extend(insert_events(&mut tx, chunk).await?);
+        insert_events(&mut script, chunk);
     }
-    let new: Vec<&NewEvent> = events
+    let deliveries: Vec<(&NewEvent, &NewDelivery)> = events
         .iter()
-        .copied()
-        .filter(|e| inserted.contains(&e.id))
+        .flat_map(|e| e.deliveries.iter().map(move |d| (*e, d)))
         .collect();
-    insert_deliveries(&mut tx, &new).await?;
+    for chunk in deliveries.chunks(ROWS_PER_STATEMENT) {
+        insert_deliveries(&mut script, chunk);
+    }
+    for chunk in settles.chunks(ROWS_PER_STATEMENT) {
+        settle(&mut script, chunk);
+    }
+    script.push("COMMIT;");
+    let rows = match script.build().persistent(false).fetch_all(&mut *conn).await {
+        Ok(rows) => rows,
+        Err(e) => {
+            // The script stopped at the failing statement; undo what it began.
+            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+            return Err(e.into());
+        }
+    };
+    let inserted: HashSet<Uuid> = rows
+        .iter()
+        .map(|r| rows::uuid(r, "id"))
+        .collect::<Result<_, _>>()?;
     let taken: Vec<&str> = events
         .iter()
         .filter(|e| !inserted.contains(&e.id))
         .map(|e| e.idempotency_key.as_str())
         .collect();
-    let existing = find_keys(&mut tx, &taken).await?;
-    for chunk in settles.chunks(ROWS_PER_STATEMENT) {
-        settle(&mut tx, chunk).await?;
-    }
-    tx.commit().await?;
+    let existing = find_keys(conn, &taken).await?;
     Ok(ops
         .iter()
         .map(|op| match op {
@@ -149,8 +166,8 @@ async fn commit(
 /// Derives each event's status from its deliveries (SPEC §3): `completed` when all
 /// are (or there are none); `failed` when one is dead-lettered and none is still
 /// pending or processing; `pending` while nothing was tried yet; else `processing`.
-async fn settle(conn: &mut SqliteConnection, events: &[Uuid]) -> Result<(), StoreError> {
-    let mut qb = QueryBuilder::<Sqlite>::new(
+fn settle(script: &mut QueryBuilder<Sqlite>, events: &[Uuid]) {
+    script.push(
         "UPDATE events SET \
            status = CASE \
              WHEN NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id \
@@ -166,15 +183,13 @@ async fn settle(conn: &mut SqliteConnection, events: &[Uuid]) -> Result<(), Stor
                          AND d.last_error IS NOT NULL ORDER BY d.updated_at DESC LIMIT 1), \
            updated_at = ",
     );
-    qb.push_bind(Timestamp::now().to_rfc3339());
-    qb.push(" WHERE id IN (");
-    let mut list = qb.separated(", ");
+    script.push_bind(Timestamp::now().to_rfc3339());
+    script.push(" WHERE id IN (");
+    let mut list = script.separated(", ");
     for id in events {
         list.push_bind(id.to_string());
     }
-    qb.push(")");
-    qb.build().execute(&mut *conn).await?;
-    Ok(())
+    script.push(");");
 }
 
 fn summary_of(e: &NewEvent) -> EventSummary {
@@ -188,16 +203,13 @@ fn summary_of(e: &NewEvent) -> EventSummary {
     }
 }
 
-/// One multi-row INSERT; returns the ids that were inserted (not key conflicts).
-async fn insert_events(
-    conn: &mut SqliteConnection,
-    events: &[&NewEvent],
-) -> Result<Vec<Uuid>, StoreError> {
-    let mut qb = QueryBuilder::<Sqlite>::new(
+/// One multi-row INSERT that skips taken keys and returns the ids it inserted.
+fn insert_events(script: &mut QueryBuilder<Sqlite>, events: &[&NewEvent]) {
+    script.push(
         "INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256, \
          created_at, updated_at) ",
     );
-    qb.push_values(events, |mut row, e| {
+    script.push_values(events, |mut row, e| {
         let created = e.created_at.to_rfc3339();
         row.push_bind(e.id.to_string())
             .push_bind(e.idempotency_key.clone())
@@ -207,41 +219,26 @@ async fn insert_events(
             .push_bind(created.clone())
             .push_bind(created);
     });
-    qb.push(" ON CONFLICT (idempotency_key) DO NOTHING RETURNING id");
-    let rows = qb.build().fetch_all(&mut *conn).await?;
-    rows.iter()
-        .map(|r| {
-            let id: &str = r.try_get("id")?;
-            Uuid::parse_str(id).map_err(|_| StoreError::Corrupt(format!("id {id:?}")))
-        })
-        .collect()
+    script.push(" ON CONFLICT (idempotency_key) DO NOTHING RETURNING id;");
 }
 
-async fn insert_deliveries(
-    conn: &mut SqliteConnection,
-    events: &[&NewEvent],
-) -> Result<(), StoreError> {
-    let all: Vec<(&NewEvent, &crate::model::NewDelivery)> = events
-        .iter()
-        .flat_map(|e| e.deliveries.iter().map(move |d| (*e, d)))
-        .collect();
-    for chunk in all.chunks(ROWS_PER_STATEMENT) {
-        let mut qb = QueryBuilder::<Sqlite>::new(
-            "INSERT INTO deliveries (id, event_id, handler, ordering_value, created_at, \
-             updated_at) ",
-        );
-        qb.push_values(chunk, |mut row, (e, d)| {
-            let created = e.created_at.to_rfc3339();
-            row.push_bind(d.id.to_string())
-                .push_bind(e.id.to_string())
-                .push_bind(d.handler.clone())
-                .push_bind(d.ordering_value.clone())
-                .push_bind(created.clone())
-                .push_bind(created);
-        });
-        qb.build().execute(&mut *conn).await?;
-    }
-    Ok(())
+/// The deliveries of the events that were inserted (an event whose key was taken
+/// was not, and its fresh id is in no row, so its deliveries are skipped).
+fn insert_deliveries(script: &mut QueryBuilder<Sqlite>, rows: &[(&NewEvent, &NewDelivery)]) {
+    script.push(
+        "INSERT INTO deliveries (id, event_id, handler, ordering_value, created_at, updated_at) \
+         SELECT v.* FROM (",
+    );
+    script.push_values(rows, |mut row, (e, d)| {
+        let created = e.created_at.to_rfc3339();
+        row.push_bind(d.id.to_string())
+            .push_bind(e.id.to_string())
+            .push_bind(d.handler.clone())
+            .push_bind(d.ordering_value.clone())
+            .push_bind(created.clone())
+            .push_bind(created);
+    });
+    script.push(") AS v WHERE EXISTS (SELECT 1 FROM events e WHERE e.id = v.column2);");
 }
 
 async fn find_keys(
