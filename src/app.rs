@@ -26,10 +26,14 @@ use tracing::{info, warn};
 use crate::config::{Config, Secret};
 use crate::queue::Queue;
 use crate::registry::Registry;
+use crate::registry::manifest::{self, ManifestError};
+use crate::retry::{Backoff, Policy};
+use crate::ssrf::TargetGuard;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{Store, StoreError};
 use crate::telemetry::names;
-use crate::worker::{self, Job};
+use crate::timer::Timer;
+use crate::worker::{Job, Workers};
 
 /// Why the service could not start or run.
 #[derive(Debug, thiserror::Error)]
@@ -123,6 +127,124 @@ pub async fn open_store(config: &Config) -> Result<Arc<dyn Store>, AppError> {
     }
 }
 
+/// The global retry policy of a configuration.
+pub fn policy(config: &Config) -> Policy {
+    Policy {
+        max_attempts: config.max_attempts,
+        backoff: Backoff::Exponential {
+            base: config.retry_base_delay,
+            max: config.retry_max_delay,
+        },
+        timeout: config.handler_timeout,
+    }
+}
+
+/// Reads the handler manifests of `dir` with this configuration's policy and SSRF
+/// guard; every problem found is returned.
+pub fn load_registry(
+    config: &Config,
+    dir: &std::path::Path,
+) -> Result<Registry, Vec<ManifestError>> {
+    let guard = Arc::new(TargetGuard::new(config.allowed_targets.clone()));
+    let client = crate::registry::kinds::http::client(guard.clone()).map_err(|e| {
+        vec![ManifestError {
+            file: dir.to_owned(),
+            field: "-".into(),
+            message: format!("cannot build the HTTP client: {e}"),
+        }]
+    })?;
+    let ctx = manifest::Context {
+        policy: policy(config),
+        guard,
+        client,
+        env: Arc::new(|name: &str| std::env::var(name).ok()),
+    };
+    manifest::load_dir(dir, &ctx)
+}
+
+/// A bound, not yet running service: open store, listening socket.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use hookbox::{app::App, config::Config, registry::Registry};
+/// let app = App::bind(Config::from_pairs([("BIND_ADDR", "127.0.0.1:0")])?, Registry::default(), None).await?;
+/// println!("on {}", app.local_addr());
+/// app.run(async { let _ = tokio::signal::ctrl_c().await; }).await?;
+/// # Ok(()) }
+/// ```
+pub struct App {
+    config: Config,
+    state: AppState,
+    listener: TcpListener,
+    local: SocketAddr,
+}
+
+impl App {
+    /// Opens the store (migrating it) and binds the listen address.
+    pub async fn bind(
+        config: Config,
+        registry: Registry,
+        prometheus: Option<PrometheusHandle>,
+    ) -> Result<Self, AppError> {
+        let store = open_store(&config).await?;
+        let state = AppState(Arc::new(Shared {
+            store,
+            queue: Queue::new(config.queue_maxsize),
+            registry: Arc::new(registry),
+            require_idempotency_key: config.require_idempotency_key,
+            max_body_bytes: config.max_body_bytes,
+            admin_token: config.admin_token.clone(),
+            metrics_public: config.metrics_public,
+            prometheus,
+            lifecycle: Lifecycle::default(),
+        }));
+        let listener = TcpListener::bind(config.bind_addr)
+            .await
+            .map_err(|source| AppError::Bind {
+                addr: config.bind_addr,
+                source,
+            })?;
+        let local = listener.local_addr().map_err(AppError::Serve)?;
+        Ok(Self {
+            config,
+            state,
+            listener,
+            local,
+        })
+    }
+
+    /// The address it listens on (the real port when `BIND_ADDR` said 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Serves until `shutdown` resolves, then drains (see the module docs).
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), AppError> {
+        let Self {
+            config,
+            state,
+            listener,
+            local,
+        } = self;
+        info!("listening on http://{local}");
+        let (store, queue) = (state.store.clone(), state.queue.clone());
+        let stop_http = CancellationToken::new();
+        let http = {
+            let stop = stop_http.clone();
+            let app = crate::api::router(state.clone());
+            tokio::spawn(async move {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(stop.cancelled_owned())
+                    .await
+            })
+        };
+        run_workers(&config, &state, http, stop_http, store, queue, shutdown).await
+    }
+}
+
 /// Runs the service until `shutdown` resolves, then drains and returns.
 pub async fn serve(
     config: Config,
@@ -130,45 +252,39 @@ pub async fn serve(
     prometheus: Option<PrometheusHandle>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AppError> {
-    let store = open_store(&config).await?;
-    let queue = Queue::new(config.queue_maxsize);
-    let state = AppState(Arc::new(Shared {
-        store: store.clone(),
-        queue: queue.clone(),
-        registry: Arc::new(registry),
-        require_idempotency_key: config.require_idempotency_key,
-        max_body_bytes: config.max_body_bytes,
-        admin_token: config.admin_token.clone(),
-        metrics_public: config.metrics_public,
-        prometheus,
-        lifecycle: Lifecycle::default(),
-    }));
-    let listener = TcpListener::bind(config.bind_addr)
+    App::bind(config, registry, prometheus)
+        .await?
+        .run(shutdown)
         .await
-        .map_err(|source| AppError::Bind {
-            addr: config.bind_addr,
-            source,
-        })?;
-    let local = listener.local_addr().map_err(AppError::Serve)?;
-    info!("listening on http://{local}");
+}
 
-    let stop_http = CancellationToken::new();
-    let http = {
-        let stop = stop_http.clone();
-        let app = crate::api::router(state.clone());
-        tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(stop.cancelled_owned())
-                .await
-        })
+/// Recovery, workers, retention; then waits for `shutdown` and drains.
+async fn run_workers(
+    config: &Config,
+    state: &AppState,
+    http: tokio::task::JoinHandle<std::io::Result<()>>,
+    stop_http: CancellationToken,
+    store: Arc<dyn Store>,
+    queue: Arc<Queue<Job>>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), AppError> {
+    let timer = Timer::start(queue.clone());
+    recover(&*store, &queue, &timer).await?;
+    let crew = Workers {
+        queue: queue.clone(),
+        store: store.clone(),
+        registry: state.registry.clone(),
+        timer,
     };
-
-    recover(&*store, &queue).await?;
     let mut workers = JoinSet::new();
     for _ in 0..config.worker_count {
-        workers.spawn(worker::run(queue.clone(), store.clone()));
+        workers.spawn(crew.clone().run());
     }
-    let gauges = tokio::spawn(report_queue(queue.clone()));
+    let retention = tokio::spawn(crate::retention::run(
+        store.clone(),
+        config.retention_days,
+        config.cleanup_interval,
+    ));
     state.0.lifecycle.ready.store(true, Ordering::Release);
     info!(workers = config.worker_count, "ready");
 
@@ -182,7 +298,7 @@ pub async fn serve(
     {
         warn!(grace = ?config.shutdown_grace, "workers still busy after the grace period; recovery will redo their jobs");
     }
-    gauges.abort();
+    retention.abort();
     stop_http.cancel();
     match tokio::time::timeout(Duration::from_secs(5), http).await {
         Ok(Ok(Err(e))) => Err(AppError::Serve(e)),
@@ -190,27 +306,44 @@ pub async fn serve(
     }
 }
 
-/// Pushes every unfinished delivery and unsettled event (SPEC §3 recovery).
-async fn recover(store: &dyn Store, queue: &Queue<Job>) -> Result<(), StoreError> {
+/// Pushes every unfinished delivery and unsettled event (SPEC §3 recovery), whatever
+/// the queue's bound; retries that are not due yet wait in the timer.
+async fn recover(store: &dyn Store, queue: &Queue<Job>, timer: &Timer) -> Result<(), StoreError> {
     let left = store.unfinished().await?;
     let (deliveries, unsettled) = (left.deliveries.len(), left.unsettled.len());
-    queue.extend(
-        left.deliveries
-            .into_iter()
-            .map(|(delivery, event)| Job::Deliver { delivery, event })
-            .chain(left.unsettled.into_iter().map(Job::Settle)),
-    );
+    let now = crate::model::Timestamp::now();
+    let mut due = Vec::with_capacity(deliveries + unsettled);
+    for d in left.deliveries {
+        let job = Job::Deliver {
+            delivery: d.delivery,
+            event: d.event,
+        };
+        match d.retry_after.filter(|t| *t > now) {
+            Some(at) => timer.at(job, at),
+            None => due.push(job),
+        }
+    }
+    due.extend(left.unsettled.into_iter().map(Job::Settle));
+    queue.extend(due);
     if deliveries + unsettled > 0 {
         info!(deliveries, unsettled, "recovered unfinished work");
     }
     Ok(())
 }
 
-async fn report_queue(queue: Arc<Queue<Job>>) {
-    metrics::gauge!(names::QUEUE_CAPACITY).set(queue.capacity() as f64);
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    loop {
-        tick.tick().await;
-        metrics::gauge!(names::QUEUE_DEPTH).set(queue.depth() as f64);
+/// Sets the gauges of SPEC §5 (called when `/metrics` is scraped, so they are exact).
+pub async fn update_gauges(state: &AppState) {
+    metrics::gauge!(names::QUEUE_CAPACITY).set(state.queue.capacity() as f64);
+    metrics::gauge!(names::QUEUE_DEPTH).set(state.queue.depth() as f64);
+    match state.store.stats().await {
+        Ok(stats) => {
+            metrics::gauge!(names::EVENTS_PENDING).set(stats.pending_events as f64);
+            metrics::gauge!(names::DEAD_LETTERS).set(stats.dead_letters as f64);
+            let age = stats.oldest_pending.map_or(0.0, |t| {
+                (crate::model::Timestamp::now().millis() - t.millis()).max(0) as f64 / 1000.0
+            });
+            metrics::gauge!(names::OLDEST_PENDING_AGE).set(age);
+        }
+        Err(e) => warn!(error = %e, "could not read the store's counts for /metrics"),
     }
 }

@@ -2,13 +2,13 @@
 //!
 //! Exit codes: 0 done, 1 failure at run time (or a failed check), 2 bad configuration.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use hookbox::config::Config;
-use hookbox::registry::Registry;
 
 /// hookbox — a webhook inbox and delivery service.
 ///
@@ -28,6 +28,11 @@ enum Command {
     Serve,
     /// Apply the database schema and exit.
     Migrate,
+    /// Validate handler manifests and print the routing table.
+    Handlers {
+        #[command(subcommand)]
+        command: HandlersCommand,
+    },
     /// Exit 0 when the service at URL answers /ready with 200 (for HEALTHCHECK).
     Health {
         /// Base URL of the service.
@@ -36,6 +41,15 @@ enum Command {
         /// Give up after this long.
         #[arg(long, default_value = "3s", value_parser = parse_duration)]
         timeout: Duration,
+    },
+}
+
+#[derive(Subcommand)]
+enum HandlersCommand {
+    /// Check every manifest in DIR (default: HANDLERS_DIR); exit 1 on any error.
+    Check {
+        /// The manifests folder.
+        dir: Option<PathBuf>,
     },
 }
 
@@ -64,6 +78,9 @@ fn main() -> ExitCode {
             Command::Serve => serve(config).await,
             Command::Migrate => migrate(config).await,
             Command::Health { url, timeout } => health(&url, timeout).await,
+            Command::Handlers {
+                command: HandlersCommand::Check { dir },
+            } => Ok(check_handlers(&config, dir)),
         }
     });
     match result {
@@ -79,9 +96,40 @@ async fn serve(config: Config) -> anyhow::Result<ExitCode> {
     hookbox::telemetry::init_tracing(&config.log_level, config.log_format);
     let prometheus = hookbox::telemetry::install_prometheus().context("metrics recorder")?;
     hookbox::telemetry::describe();
-    let registry = Registry::default();
+    let registry = match hookbox::app::load_registry(&config, &config.handlers_dir) {
+        Ok(r) => r,
+        Err(errors) => {
+            for e in errors {
+                eprintln!("hookbox: {e}");
+            }
+            return Ok(ExitCode::from(2));
+        }
+    };
+    tracing::info!(handlers = registry.routes().len(), dir = %config.handlers_dir.display(), "handlers loaded");
     hookbox::app::serve(config, registry, Some(prometheus), shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+fn check_handlers(config: &Config, dir: Option<PathBuf>) -> ExitCode {
+    let dir = dir.unwrap_or_else(|| config.handlers_dir.clone());
+    match hookbox::app::load_registry(config, &dir) {
+        Ok(registry) => {
+            println!("{}", hookbox::registry::manifest::table(&registry));
+            println!(
+                "{} handler(s) in {}",
+                registry.routes().len(),
+                dir.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            for e in &errors {
+                println!("error: {e}");
+            }
+            println!("{} error(s) in {}", errors.len(), dir.display());
+            ExitCode::FAILURE
+        }
+    }
 }
 
 async fn migrate(config: Config) -> anyhow::Result<ExitCode> {

@@ -188,3 +188,47 @@ pub fn hex(bytes: &[u8]) -> String {
     }
     out
 }
+
+/// Everything a worker needs for one attempt of one delivery.
+#[derive(Debug, Clone)]
+pub struct DeliveryTask {
+    /// The delivery.
+    pub delivery_id: Uuid,
+    /// Its handler's name.
+    pub handler: String,
+    /// Its status now.
+    pub status: Status,
+    /// Attempts made so far.
+    pub attempts: u32,
+    /// When the next attempt is due, if it waits.
+    pub retry_after: Option<Timestamp>,
+    /// The ordering key value, if the handler orders.
+    pub ordering_value: Option<String>,
+    /// When the delivery (and its event) was created.
+    pub created_at: Timestamp,
+    /// The event.
+    pub event_id: Uuid,
+    /// The event's idempotency key.
+    pub idempotency_key: String,
+    /// The event type.
+    pub event_type: String,
+    /// Canonical JSON payload.
+    pub payload: std::sync::Arc<str>,
+}
+
+/// The outcome of one attempt, to record.
+#[derive(Debug, Clone)]
+pub struct Finish {
+    /// The delivery.
+    pub delivery_id: Uuid,
+    /// Its event (whose status follows).
+    pub event_id: Uuid,
+    /// `completed`, `pending` (retry) or `failed` (dead letter).
+    pub status: Status,
+    /// Attempts made, this one included.
+    pub attempts: u32,
+    /// The error of this attempt, if it failed (kept on success too: the last one).
+    pub last_error: Option<String>,
+    /// When the retry is due.
+    pub retry_after: Option<Timestamp>,
+}

@@ -262,6 +262,9 @@ pub async fn intake(
         "other".to_owned()
     };
     metrics::counter!(names::EVENTS_RECEIVED, "event_type" => label).increment(1);
+    if jobs.first().is_some_and(|j| matches!(j, Job::Settle(_))) {
+        metrics::counter!(names::EVENTS_UNROUTED).increment(1);
+    }
     app.queue.extend(jobs);
     Ok(accepted(StatusCode::ACCEPTED, &stored))
 }

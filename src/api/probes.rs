@@ -44,6 +44,7 @@ pub async fn metrics(State(app): State<AppState>, headers: HeaderMap) -> Result<
     let Some(handle) = &app.prometheus else {
         return Err(Problem::not_found("metrics recorder"));
     };
+    crate::app::update_gauges(&app).await;
     let mut res = handle.render().into_response();
     res.headers_mut().insert(
         header::CONTENT_TYPE,

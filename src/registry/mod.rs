@@ -1,27 +1,74 @@
-//! The registry: which handlers receive which event types.
+//! The registry: which handlers receive which event types, and how.
 //!
-//! A route is a named handler with its event type [`Pattern`]s and, optionally, an
-//! ordering key (a JSON pointer into the payload). Intake asks the registry for the
-//! deliveries of each event and stores them with it, in the same transaction.
+//! A [`Route`] is a named handler with its event type [`Pattern`]s, its retry
+//! [`Policy`] and, optionally, an ordering key (a JSON pointer into the payload).
+//! Intake asks the registry for the deliveries of each event and stores them with the
+//! event, in the same transaction; workers look the handler up by name.
+//!
+//! Rust code registers handlers directly:
+//!
+//! ```
+//! use hookbox::registry::{Event, HandlerError, Registry, handler_fn};
+//!
+//! let registry = Registry::builder()
+//!     .route("order.*", handler_fn(|event: Event| async move {
+//!         println!("order event {}", event.id);
+//!         Ok::<(), HandlerError>(())
+//!     }))
+//!     .build()
+//!     .expect("valid routes");
+//! assert!(registry.is_routed("order.created"));
+//! ```
+//!
+//! The binary fills the same registry from `HANDLERS_DIR/*.toml` ([`manifest`]).
 
+mod handler;
+pub mod kinds;
+pub mod manifest;
 mod pattern;
 
+use std::collections::HashSet;
+use std::fmt;
+use std::time::Duration;
+
+pub use handler::{BoxHandler, Event, HandlerError, handler_fn};
 pub use pattern::{Pattern, PatternError, is_event_type_byte};
 
 use serde_json::Value;
 use uuid::Uuid;
 
 use crate::model::NewDelivery;
+use crate::retry::{Backoff, Policy};
 
-/// One handler's routing facts.
-#[derive(Debug, Clone)]
+/// One handler with its routing facts.
+#[derive(Clone)]
 pub struct Route {
-    /// Unique handler name.
+    /// Unique handler name (stored with each delivery).
     pub name: String,
     /// The event types it receives.
     pub patterns: Vec<Pattern>,
     /// JSON pointer into the payload; deliveries with equal values run in order.
     pub ordering_key: Option<String>,
+    /// Retries, backoff and timeout.
+    pub policy: Policy,
+    /// The handler itself.
+    pub handler: BoxHandler,
+    /// `http`, `exec`, `log` or `rust` (for the routing table).
+    pub kind: String,
+    /// What it reaches: a URL, a command line (for the routing table; no secrets).
+    pub target: String,
+}
+
+impl fmt::Debug for Route {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Route")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("patterns", &self.patterns)
+            .field("ordering_key", &self.ordering_key)
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Route {
@@ -31,35 +78,57 @@ impl Route {
     }
 }
 
+/// Why a registry could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// An invalid pattern.
+    #[error("handler {name:?}: {source}")]
+    Pattern {
+        /// The handler.
+        name: String,
+        /// The pattern problem.
+        source: PatternError,
+    },
+    /// Two handlers with one name.
+    #[error("two handlers are named {0:?}")]
+    DuplicateName(String),
+}
+
 /// The routing table.
-///
-/// ```
-/// use hookbox::registry::{Pattern, Registry, Route};
-/// let registry = Registry::new(vec![Route {
-///     name: "billing".into(),
-///     patterns: vec![Pattern::parse("invoice.*").expect("valid")],
-///     ordering_key: Some("/customer_id".into()),
-/// }]);
-/// let payload = serde_json::json!({"customer_id": 42});
-/// let deliveries = registry.deliveries("invoice.paid", &payload);
-/// assert_eq!(deliveries[0].handler, "billing");
-/// assert_eq!(deliveries[0].ordering_value.as_deref(), Some("42"));
-/// assert!(registry.deliveries("order.created", &payload).is_empty());
-/// ```
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
     routes: Vec<Route>,
 }
 
 impl Registry {
-    /// A registry of these routes.
-    pub fn new(routes: Vec<Route>) -> Self {
-        Self { routes }
+    /// Starts a registry for Rust handlers, with the global default policy.
+    pub fn builder() -> RegistryBuilder {
+        RegistryBuilder {
+            routes: Vec::new(),
+            errors: Vec::new(),
+            policy: default_policy(),
+        }
+    }
+
+    /// A registry of these routes; names must be unique.
+    pub fn new(routes: Vec<Route>) -> Result<Self, RegistryError> {
+        let mut names = HashSet::new();
+        for r in &routes {
+            if !names.insert(r.name.as_str()) {
+                return Err(RegistryError::DuplicateName(r.name.clone()));
+            }
+        }
+        Ok(Self { routes })
     }
 
     /// The routes, in registration order.
     pub fn routes(&self) -> &[Route] {
         &self.routes
+    }
+
+    /// The route of a handler name.
+    pub fn get(&self, name: &str) -> Option<&Route> {
+        self.routes.iter().find(|r| r.name == name)
     }
 
     /// True when some handler receives `event_type` (metric labels use it).
@@ -85,10 +154,119 @@ impl Registry {
     }
 }
 
+/// The global retry policy of SPEC §1's defaults (`MAX_ATTEMPTS` 5, 5 s base, 300 s
+/// cap, 30 s timeout).
+pub fn default_policy() -> Policy {
+    Policy {
+        max_attempts: 5,
+        backoff: Backoff::Exponential {
+            base: Duration::from_secs(5),
+            max: Duration::from_secs(300),
+        },
+        timeout: Duration::from_secs(30),
+    }
+}
+
+/// Builds a [`Registry`] in code.
+pub struct RegistryBuilder {
+    routes: Vec<Route>,
+    errors: Vec<RegistryError>,
+    policy: Policy,
+}
+
+impl RegistryBuilder {
+    /// The policy of routes added after this call (manifests override per handler).
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Routes the event types matching `pattern` to `handler`, named after the
+    /// pattern.
+    pub fn route(self, pattern: &str, handler: BoxHandler) -> Self {
+        self.named(pattern, &[pattern], handler)
+    }
+
+    /// Routes several patterns to one named handler.
+    pub fn named(mut self, name: &str, patterns: &[&str], handler: BoxHandler) -> Self {
+        let parsed: Result<Vec<Pattern>, PatternError> =
+            patterns.iter().map(|p| Pattern::parse(p)).collect();
+        match parsed {
+            Ok(patterns) => self.routes.push(Route {
+                name: name.to_owned(),
+                patterns,
+                ordering_key: None,
+                policy: self.policy.clone(),
+                handler,
+                kind: "rust".to_owned(),
+                target: "-".to_owned(),
+            }),
+            Err(source) => self.errors.push(RegistryError::Pattern {
+                name: name.to_owned(),
+                source,
+            }),
+        }
+        self
+    }
+
+    /// Adds a fully described route (as the manifest loader does).
+    pub fn with_route(mut self, route: Route) -> Self {
+        self.routes.push(route);
+        self
+    }
+
+    /// The registry, or the first problem found.
+    pub fn build(mut self) -> Result<Registry, RegistryError> {
+        if !self.errors.is_empty() {
+            return Err(self.errors.remove(0));
+        }
+        Registry::new(self.routes)
+    }
+}
+
 /// The text form of an ordering key value: strings as they are, others as JSON.
 fn ordering_text(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok() -> BoxHandler {
+        handler_fn(|_: Event| async { Ok(()) })
+    }
+
+    #[test]
+    fn fans_out_to_every_matching_handler_with_ordering_values() {
+        let mut r = Registry::builder()
+            .route("invoice.*", ok())
+            .named("all", &["*"], ok())
+            .named("exact", &["order.created"], ok())
+            .build()
+            .expect("valid");
+        r.routes[0].ordering_key = Some("/customer/id".into());
+        let payload = serde_json::json!({"customer": {"id": 42}});
+        let d = r.deliveries("invoice.paid", &payload);
+        let names: Vec<&str> = d.iter().map(|d| d.handler.as_str()).collect();
+        assert_eq!(names, ["invoice.*", "all"]);
+        assert_eq!(d[0].ordering_value.as_deref(), Some("42"));
+        assert_eq!(d[1].ordering_value, None);
+        assert_eq!(r.deliveries("order.created", &payload).len(), 2);
+        assert!(!r.is_routed("") || r.is_routed("x"));
+    }
+
+    #[test]
+    fn duplicate_names_and_bad_patterns_are_refused() {
+        let dup = Registry::builder()
+            .route("a", ok())
+            .route("a", ok())
+            .build();
+        assert!(matches!(dup, Err(RegistryError::DuplicateName(_))));
+        let bad = Registry::builder().route("a*b", ok()).build();
+        assert!(matches!(bad, Err(RegistryError::Pattern { .. })));
     }
 }

@@ -9,7 +9,7 @@ pub mod sqlite;
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use crate::model::{EventView, NewEvent, Status, Timestamp};
+use crate::model::{DeliveryTask, EventView, Finish, NewEvent, Status, Timestamp};
 
 /// What can go wrong in a store.
 #[derive(Debug, thiserror::Error)]
@@ -107,13 +107,51 @@ pub trait Store: Send + Sync + 'static {
 
     /// Everything not finished, for startup recovery.
     async fn unfinished(&self) -> Result<Unfinished, StoreError>;
+
+    /// What a worker needs to run one attempt of a delivery.
+    async fn delivery_task(&self, delivery: Uuid) -> Result<Option<DeliveryTask>, StoreError>;
+
+    /// Marks a pending delivery `processing` (not awaited: recovery treats both alike).
+    async fn start(&self, delivery: Uuid, event: Uuid) -> Result<(), StoreError>;
+
+    /// Records an attempt's outcome and the event's new status, committed on return.
+    async fn finish(&self, finish: Finish) -> Result<(), StoreError>;
+
+    /// Deletes up to `limit` terminal events created before `cutoff` (with their
+    /// deliveries); returns how many.
+    async fn purge(&self, cutoff: Timestamp, limit: u32) -> Result<u64, StoreError>;
+
+    /// Counts for the gauges of SPEC §5.
+    async fn stats(&self) -> Result<Stats, StoreError>;
 }
 
 /// Work left over from a previous run (SPEC §3: loaded before `/ready`).
 #[derive(Debug, Clone, Default)]
 pub struct Unfinished {
-    /// `(delivery, event)` of every `pending` or `processing` delivery, oldest first.
-    pub deliveries: Vec<(Uuid, Uuid)>,
-    /// Unfinished events without deliveries (accepted, not yet settled).
+    /// Every `pending` or `processing` delivery, oldest first.
+    pub deliveries: Vec<PendingDelivery>,
+    /// Unfinished events none of whose deliveries is unfinished (not yet settled).
     pub unsettled: Vec<Uuid>,
+}
+
+/// An unfinished delivery as recovery sees it.
+#[derive(Debug, Clone)]
+pub struct PendingDelivery {
+    /// The delivery.
+    pub delivery: Uuid,
+    /// Its event.
+    pub event: Uuid,
+    /// When it is due (a retry waiting), if not now.
+    pub retry_after: Option<Timestamp>,
+}
+
+/// The numbers behind the gauges.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    /// Events `pending` or `processing`.
+    pub pending_events: u64,
+    /// Deliveries `failed`.
+    pub dead_letters: u64,
+    /// Creation time of the oldest unfinished event.
+    pub oldest_pending: Option<Timestamp>,
 }

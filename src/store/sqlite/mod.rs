@@ -19,9 +19,11 @@ use sqlx::{ConnectOptions, QueryBuilder, Sqlite};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
-use super::{EventSummary, Inserted, ListQuery, Page, Store, StoreError, Unfinished};
+use super::{
+    EventSummary, Inserted, ListQuery, Page, PendingDelivery, Stats, Store, StoreError, Unfinished,
+};
 use crate::config::SqliteSynchronous as Sync;
-use crate::model::{EventView, NewEvent};
+use crate::model::{DeliveryTask, EventView, Finish, NewEvent, Timestamp};
 use rows::{EVENT_COLUMNS, SUMMARY_COLUMNS};
 use writer::Write;
 
@@ -174,17 +176,24 @@ impl Store for SqliteStore {
 
     async fn unfinished(&self) -> Result<Unfinished, StoreError> {
         let deliveries = sqlx::query(
-            "SELECT id, event_id FROM deliveries WHERE status IN ('pending', 'processing') \
-             ORDER BY created_at, id",
+            "SELECT id, event_id, retry_after FROM deliveries \
+             WHERE status IN ('pending', 'processing') ORDER BY created_at, id",
         )
         .fetch_all(&self.read)
         .await?
         .iter()
-        .map(|r| Ok((rows::uuid(r, "id")?, rows::uuid(r, "event_id")?)))
+        .map(|r| {
+            Ok(PendingDelivery {
+                delivery: rows::uuid(r, "id")?,
+                event: rows::uuid(r, "event_id")?,
+                retry_after: rows::opt_time(r, "retry_after")?,
+            })
+        })
         .collect::<Result<_, StoreError>>()?;
         let unsettled = sqlx::query(
             "SELECT id FROM events e WHERE status IN ('pending', 'processing') \
-             AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id) ORDER BY id",
+             AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id \
+                             AND d.status IN ('pending', 'processing')) ORDER BY id",
         )
         .fetch_all(&self.read)
         .await?
@@ -194,6 +203,54 @@ impl Store for SqliteStore {
         Ok(Unfinished {
             deliveries,
             unsettled,
+        })
+    }
+
+    async fn delivery_task(&self, delivery: Uuid) -> Result<Option<DeliveryTask>, StoreError> {
+        let row = sqlx::query(
+            "SELECT d.id, d.handler, d.status, d.attempts, d.retry_after, d.ordering_value, \
+                    d.created_at, e.id AS event_id, e.idempotency_key, e.event_type, e.payload \
+             FROM deliveries d JOIN events e ON e.id = d.event_id WHERE d.id = ?",
+        )
+        .bind(delivery.to_string())
+        .fetch_optional(&self.read)
+        .await?;
+        row.as_ref().map(rows::delivery_task).transpose()
+    }
+
+    async fn start(&self, delivery: Uuid, event: Uuid) -> Result<(), StoreError> {
+        self.writes
+            .send(Write::Start(delivery, event))
+            .await
+            .map_err(|_| StoreError::WriterGone)
+    }
+
+    async fn finish(&self, finish: Finish) -> Result<(), StoreError> {
+        self.send(|reply| Write::Finish(finish, reply)).await
+    }
+
+    async fn purge(&self, cutoff: Timestamp, limit: u32) -> Result<u64, StoreError> {
+        self.send(|reply| Write::Purge(cutoff, limit, reply)).await
+    }
+
+    async fn stats(&self) -> Result<Stats, StoreError> {
+        let row = sqlx::query(
+            "SELECT \
+               (SELECT COUNT(*) FROM events WHERE status IN ('pending', 'processing')) AS pending, \
+               (SELECT COUNT(*) FROM deliveries WHERE status = 'failed') AS dead, \
+               (SELECT MIN(created_at) FROM events \
+                WHERE status IN ('pending', 'processing')) AS oldest",
+        )
+        .fetch_one(&self.read)
+        .await?;
+        let count = |col: &str| -> Result<u64, StoreError> {
+            let n: i64 = sqlx::Row::try_get(&row, col)?;
+            Ok(u64::try_from(n).unwrap_or(0))
+        };
+        Ok(Stats {
+            pending_events: count("pending")?,
+            dead_letters: count("dead")?,
+            oldest_pending: rows::opt_time(&row, "oldest")?,
         })
     }
 }

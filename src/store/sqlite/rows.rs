@@ -6,7 +6,7 @@ use sqlx::sqlite::{SqlitePool, SqliteRow};
 use sqlx::{QueryBuilder, Row, Sqlite};
 use uuid::Uuid;
 
-use crate::model::{DeliveryView, EventView, Status, Timestamp};
+use crate::model::{DeliveryTask, DeliveryView, EventView, Status, Timestamp};
 use crate::store::{EventSummary, StoreError};
 
 /// Columns read for an [`EventSummary`].
@@ -32,7 +32,7 @@ fn time(row: &SqliteRow, col: &str) -> Result<Timestamp, StoreError> {
     Timestamp::parse(text).ok_or_else(|| StoreError::Corrupt(format!("{col} {text:?}")))
 }
 
-fn opt_time(row: &SqliteRow, col: &str) -> Result<Option<Timestamp>, StoreError> {
+pub(super) fn opt_time(row: &SqliteRow, col: &str) -> Result<Option<Timestamp>, StoreError> {
     let text: Option<&str> = row.try_get(col)?;
     text.map(|t| Timestamp::parse(t).ok_or_else(|| StoreError::Corrupt(format!("{col} {t:?}"))))
         .transpose()
@@ -111,4 +111,22 @@ pub(super) async fn attach_deliveries(
         e.deliveries = by_event.remove(&e.id).unwrap_or_default();
     }
     Ok(())
+}
+
+/// Decodes the join of a delivery and its event.
+pub(super) fn delivery_task(row: &SqliteRow) -> Result<DeliveryTask, StoreError> {
+    let payload: &str = row.try_get("payload")?;
+    Ok(DeliveryTask {
+        delivery_id: uuid(row, "id")?,
+        handler: row.try_get("handler")?,
+        status: status(row)?,
+        attempts: attempts(row)?,
+        retry_after: opt_time(row, "retry_after")?,
+        ordering_value: row.try_get("ordering_value")?,
+        created_at: time(row, "created_at")?,
+        event_id: uuid(row, "event_id")?,
+        idempotency_key: row.try_get("idempotency_key")?,
+        event_type: row.try_get("event_type")?,
+        payload: payload.into(),
+    })
 }

@@ -14,7 +14,7 @@ use tracing::{error, warn};
 use uuid::Uuid;
 
 use super::rows::{self, SUMMARY_COLUMNS};
-use crate::model::{NewDelivery, NewEvent, Status, Timestamp};
+use crate::model::{Finish, NewDelivery, NewEvent, Status, Timestamp};
 use crate::store::{EventSummary, Inserted, StoreError};
 
 /// Most operations committed in one transaction.
@@ -28,12 +28,19 @@ pub(super) enum Write {
     Insert(NewEvent, oneshot::Sender<Result<Inserted, StoreError>>),
     /// Derive an event's status from its deliveries (nobody waits for it).
     Settle(Uuid),
+    /// Mark a pending delivery `processing` (nobody waits for it).
+    Start(Uuid, Uuid),
+    /// Record an attempt's outcome.
+    Finish(Finish, oneshot::Sender<Result<(), StoreError>>),
+    /// Delete old terminal events (runs in its own transaction after the batch).
+    Purge(Timestamp, u32, oneshot::Sender<Result<u64, StoreError>>),
 }
 
 /// What one write produced.
 enum Done {
     Inserted(Inserted),
     Unit,
+    Count(u64),
 }
 
 /// Runs until every sender is gone.
@@ -73,11 +80,16 @@ fn answer(ops: impl Iterator<Item = Write>, results: Vec<Result<Done, StoreError
         match op {
             Write::Insert(_, reply) => drop(reply.send(result.and_then(|d| match d {
                 Done::Inserted(i) => Ok(i),
-                Done::Unit => Err(StoreError::Corrupt("insert answered without a row".into())),
+                _ => Err(StoreError::Corrupt("insert answered without a row".into())),
             }))),
-            Write::Settle(id) => {
+            Write::Finish(_, reply) => drop(reply.send(result.map(|_| ()))),
+            Write::Purge(.., reply) => drop(reply.send(result.map(|d| match d {
+                Done::Count(n) => n,
+                _ => 0,
+            }))),
+            Write::Settle(id) | Write::Start(_, id) => {
                 if let Err(e) = result {
-                    warn!(event = %id, error = %e, "settle failed; recovery will redo it");
+                    warn!(event = %id, error = %e, "status update failed; recovery will redo it");
                 }
             }
         }
@@ -98,16 +110,33 @@ async fn commit(
         .iter()
         .filter_map(|op| match op {
             Write::Insert(e, _) => Some(e),
-            Write::Settle(..) => None,
+            _ => None,
         })
         .collect();
-    let settles: Vec<Uuid> = ops
+    let starts: Vec<Uuid> = ops
         .iter()
         .filter_map(|op| match op {
-            Write::Settle(id) => Some(*id),
-            Write::Insert(..) => None,
+            Write::Start(delivery, _) => Some(*delivery),
+            _ => None,
         })
         .collect();
+    let finishes: Vec<&Finish> = ops
+        .iter()
+        .filter_map(|op| match op {
+            Write::Finish(f, _) => Some(f),
+            _ => None,
+        })
+        .collect();
+    let mut settles: Vec<Uuid> = ops
+        .iter()
+        .filter_map(|op| match op {
+            Write::Settle(event) | Write::Start(_, event) => Some(*event),
+            Write::Finish(f, _) => Some(f.event_id),
+            _ => None,
+        })
+        .collect();
+    settles.sort_unstable();
+    settles.dedup();
     let mut script = QueryBuilder::<Sqlite>::new("BEGIN IMMEDIATE;");
     for chunk in events.chunks(ROWS_PER_STATEMENT) {
         insert_events(&mut script, chunk);
@@ -118,6 +147,12 @@ async fn commit(
         .collect();
     for chunk in deliveries.chunks(ROWS_PER_STATEMENT) {
         insert_deliveries(&mut script, chunk);
+    }
+    for chunk in starts.chunks(ROWS_PER_STATEMENT) {
+        start(&mut script, chunk);
+    }
+    for chunk in finishes.chunks(ROWS_PER_STATEMENT) {
+        finish(&mut script, chunk);
     }
     for chunk in settles.chunks(ROWS_PER_STATEMENT) {
         settle(&mut script, chunk);
@@ -141,10 +176,11 @@ async fn commit(
         .map(|e| e.idempotency_key.as_str())
         .collect();
     let existing = find_keys(conn, &taken).await?;
-    Ok(ops
-        .iter()
-        .map(|op| match op {
-            Write::Settle(..) => Ok(Done::Unit),
+    let mut results = Vec::with_capacity(ops.len());
+    for op in ops {
+        results.push(match op {
+            Write::Settle(..) | Write::Start(..) | Write::Finish(..) => Ok(Done::Unit),
+            Write::Purge(cutoff, limit, _) => purge(conn, *cutoff, *limit).await.map(Done::Count),
             Write::Insert(e, _) if inserted.contains(&e.id) => Ok(Done::Inserted(Inserted {
                 event: summary_of(e),
                 created: true,
@@ -159,8 +195,57 @@ async fn commit(
                     })
                 })
                 .ok_or_else(|| StoreError::Corrupt("conflicting key not found".into())),
-        })
-        .collect())
+        });
+    }
+    Ok(results)
+}
+
+/// `pending → processing` for deliveries a worker took.
+fn start(script: &mut QueryBuilder<Sqlite>, deliveries: &[Uuid]) {
+    script.push("UPDATE deliveries SET status = 'processing', updated_at = ");
+    script.push_bind(Timestamp::now().to_rfc3339());
+    script.push(" WHERE status = 'pending' AND id IN (");
+    let mut list = script.separated(", ");
+    for id in deliveries {
+        list.push_bind(id.to_string());
+    }
+    script.push(");");
+}
+
+/// Attempt outcomes, one multi-row UPDATE. A success keeps the previous error.
+fn finish(script: &mut QueryBuilder<Sqlite>, finishes: &[&Finish]) {
+    script.push(
+        "UPDATE deliveries SET status = v.column2, attempts = v.column3, \
+         last_error = COALESCE(v.column4, deliveries.last_error), retry_after = v.column5, \
+         updated_at = v.column6 FROM (",
+    );
+    let now = Timestamp::now().to_rfc3339();
+    script.push_values(finishes, |mut row, f| {
+        row.push_bind(f.delivery_id.to_string())
+            .push_bind(f.status.as_str())
+            .push_bind(i64::from(f.attempts))
+            .push_bind(f.last_error.clone())
+            .push_bind(f.retry_after.map(|t| t.to_rfc3339()))
+            .push_bind(now.clone());
+    });
+    script.push(") AS v WHERE deliveries.id = v.column1;");
+}
+
+/// Deletes one batch of old terminal events; deliveries follow by cascade.
+async fn purge(
+    conn: &mut SqliteConnection,
+    cutoff: Timestamp,
+    limit: u32,
+) -> Result<u64, StoreError> {
+    let done = sqlx::query(
+        "DELETE FROM events WHERE id IN (SELECT id FROM events \
+         WHERE status IN ('completed', 'failed') AND created_at < ? ORDER BY created_at LIMIT ?)",
+    )
+    .bind(cutoff.to_rfc3339())
+    .bind(i64::from(limit))
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
 }
 
 /// Derives each event's status from its deliveries (SPEC §3): `completed` when all

@@ -1,0 +1,120 @@
+//! What a handler is: a `tower::Service<Event>` that answers `()` or a
+//! [`HandlerError`] saying retry, retry after, or give up.
+//!
+//! ```
+//! use hookbox::registry::{Event, HandlerError, handler_fn};
+//!
+//! let notify = handler_fn(|event: Event| async move {
+//!     if event.payload().len() > 1_000_000 {
+//!         return Err(HandlerError::Permanent("payload too large for SMS".into()));
+//!     }
+//!     Ok(())
+//! });
+//! # let _ = notify;
+//! ```
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tower::util::BoxCloneSyncService;
+use uuid::Uuid;
+
+use crate::model::Timestamp;
+use crate::retry::Failure;
+
+/// The event as a handler receives it, for one attempt of one delivery.
+#[derive(Debug, Clone)]
+pub struct Event {
+    /// The event id (the same on every attempt; `webhook-id` over HTTP).
+    pub id: Uuid,
+    /// The delivery this attempt belongs to.
+    pub delivery_id: Uuid,
+    /// The event's idempotency key.
+    pub idempotency_key: String,
+    /// The event type.
+    pub event_type: String,
+    /// When the event was accepted.
+    pub created_at: Timestamp,
+    /// This attempt's number, from 1.
+    pub attempt: u32,
+    payload: Arc<str>,
+}
+
+impl Event {
+    /// An event for one attempt. `payload` must be JSON text.
+    pub fn new(
+        id: Uuid,
+        delivery_id: Uuid,
+        idempotency_key: String,
+        event_type: String,
+        payload: Arc<str>,
+        created_at: Timestamp,
+        attempt: u32,
+    ) -> Self {
+        Self {
+            id,
+            delivery_id,
+            idempotency_key,
+            event_type,
+            created_at,
+            attempt,
+            payload,
+        }
+    }
+
+    /// The payload as JSON text (canonical: object keys sorted).
+    pub fn payload(&self) -> &str {
+        &self.payload
+    }
+
+    /// The payload parsed.
+    pub fn payload_json(&self) -> serde_json::Result<serde_json::Value> {
+        serde_json::from_str(&self.payload)
+    }
+}
+
+/// How a handler says an attempt failed (apalis-style typed control flow).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandlerError {
+    /// Try again after the policy's backoff.
+    #[error("{0}")]
+    Retry(String),
+    /// Try again, but not before `after`.
+    #[error("{message} (retry after {after:?})")]
+    RetryAfter {
+        /// The least delay the handler asks for.
+        after: Duration,
+        /// What went wrong.
+        message: String,
+    },
+    /// Retrying cannot help: dead-letter now.
+    #[error("{0}")]
+    Permanent(String),
+}
+
+impl From<HandlerError> for Failure {
+    fn from(e: HandlerError) -> Self {
+        match e {
+            HandlerError::Retry(m) => Failure::retryable(m),
+            HandlerError::RetryAfter { after, message } => Failure {
+                message,
+                permanent: false,
+                retry_after: Some(after),
+            },
+            HandlerError::Permanent(m) => Failure::permanent(m),
+        }
+    }
+}
+
+/// A type-erased handler, as the registry keeps them.
+pub type BoxHandler = BoxCloneSyncService<Event, (), HandlerError>;
+
+/// Makes a handler from an async function.
+pub fn handler_fn<F, Fut>(f: F) -> BoxHandler
+where
+    F: Fn(Event) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+{
+    BoxCloneSyncService::new(tower::service_fn(f))
+}

@@ -1,0 +1,208 @@
+//! `kind = "http"`: delivers the event over HTTP, Standard Webhooks style.
+//!
+//! POSTs `{id, event_type, payload, created_at}` with `webhook-id` (the event id, the
+//! same on every attempt), `webhook-timestamp`, `webhook-signature` (when secrets are
+//! set) and `Content-Type: application/json`. The answer decides: 2xx done; 408, 429,
+//! 5xx, 3xx, a timeout or a connection error retry (a `Retry-After` in seconds or as
+//! an HTTP date is honoured); any other 4xx dead-letters. `last_error` gets the status
+//! and the first 1 KB of the answer's body. Redirects are not followed.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use reqwest::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use reqwest::{Client, StatusCode, Url};
+
+use super::super::{BoxHandler, Event, HandlerError, handler_fn};
+use crate::signing::{self, Secret};
+use crate::ssrf::TargetGuard;
+
+/// How much of an error answer's body goes into `last_error`.
+pub const ERROR_BODY_BYTES: usize = 1024;
+
+/// Where and how one handler delivers.
+#[derive(Clone)]
+pub struct HttpTarget {
+    /// The endpoint.
+    pub url: Url,
+    /// Signing secrets (empty: unsigned).
+    pub secrets: Vec<Secret>,
+}
+
+/// Builds the one shared client: pooled keep-alive connections, no redirects, a
+/// resolver that refuses forbidden addresses (see [`TargetGuard`]).
+pub fn client(guard: Arc<TargetGuard>) -> Result<Client, reqwest::Error> {
+    Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(Duration::from_secs(10))
+        .pool_idle_timeout(Duration::from_secs(90))
+        .user_agent(concat!("hookbox/", env!("CARGO_PKG_VERSION")))
+        .dns_resolver(guard)
+        .build()
+}
+
+/// A handler that delivers to `target` with `client`.
+pub fn handler(client: Client, guard: Arc<TargetGuard>, target: HttpTarget) -> BoxHandler {
+    let target = Arc::new(target);
+    handler_fn(move |event: Event| {
+        let (client, guard, target) = (client.clone(), guard.clone(), target.clone());
+        async move { deliver(&client, &guard, &target, &event).await }
+    })
+}
+
+/// The JSON body of a delivery (the payload is already canonical JSON text).
+pub fn body(event: &Event) -> String {
+    let event_type = serde_json::Value::String(event.event_type.clone());
+    format!(
+        r#"{{"id":"{}","event_type":{event_type},"payload":{},"created_at":"{}"}}"#,
+        event.id,
+        event.payload(),
+        event.created_at.to_rfc3339()
+    )
+}
+
+async fn deliver(
+    client: &Client,
+    guard: &TargetGuard,
+    target: &HttpTarget,
+    event: &Event,
+) -> Result<(), HandlerError> {
+    guard
+        .check_url(&target.url)
+        .map_err(|e| HandlerError::Retry(e.to_string()))?;
+    let body = body(event);
+    let id = event.id.to_string();
+    let timestamp = unix_now();
+    let mut req = client
+        .post(target.url.clone())
+        .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+        .header("webhook-id", &id)
+        .header("webhook-timestamp", timestamp.to_string());
+    if !target.secrets.is_empty() {
+        let signature = signing::sign(&target.secrets, &id, timestamp, body.as_bytes());
+        req = req.header("webhook-signature", signature);
+    }
+    let res = req
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| HandlerError::Retry(format!("request failed: {}", without_url(e))))?;
+    let status = res.status();
+    if status.is_success() {
+        return Ok(());
+    }
+    let retry_after = res.headers().get(RETRY_AFTER).and_then(parse_retry_after);
+    let message = format!("HTTP {}: {}", status.as_u16(), first_bytes(res).await);
+    Err(classify(status, retry_after, message))
+}
+
+/// The decision matrix of SPEC §4 for a non-2xx answer.
+fn classify(status: StatusCode, retry_after: Option<Duration>, message: String) -> HandlerError {
+    let retryable = status == StatusCode::REQUEST_TIMEOUT
+        || status == StatusCode::TOO_MANY_REQUESTS
+        || status.is_server_error()
+        || status.is_redirection();
+    match (retryable, retry_after) {
+        (false, _) => HandlerError::Permanent(message),
+        (true, Some(after)) => HandlerError::RetryAfter { after, message },
+        (true, None) => HandlerError::Retry(message),
+    }
+}
+
+/// `Retry-After` as delta-seconds or an HTTP date.
+pub fn parse_retry_after(value: &HeaderValue) -> Option<Duration> {
+    let text = value.to_str().ok()?.trim();
+    if let Ok(secs) = text.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let when = httpdate::parse_http_date(text).ok()?;
+    Some(
+        when.duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
+}
+
+/// Reads at most [`ERROR_BODY_BYTES`] of the answer (never the whole of a huge one).
+async fn first_bytes(mut res: reqwest::Response) -> String {
+    let mut kept = Vec::new();
+    while kept.len() < ERROR_BODY_BYTES {
+        match res.chunk().await {
+            Ok(Some(chunk)) => kept.extend_from_slice(&chunk),
+            _ => break,
+        }
+    }
+    kept.truncate(ERROR_BODY_BYTES);
+    String::from_utf8_lossy(&kept).into_owned()
+}
+
+/// A reqwest error's message without its URL (which may carry credentials).
+fn without_url(e: reqwest::Error) -> String {
+    let e = e.without_url();
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_decision_matrix() {
+        let permanent = |s: u16| {
+            matches!(
+                classify(
+                    StatusCode::from_u16(s).expect("status"),
+                    None,
+                    String::new()
+                ),
+                HandlerError::Permanent(_)
+            )
+        };
+        for s in [400, 401, 403, 404, 410, 422] {
+            assert!(permanent(s), "{s}");
+        }
+        for s in [408, 429, 500, 502, 503, 504, 301] {
+            assert!(!permanent(s), "{s}");
+        }
+        let e = classify(
+            StatusCode::TOO_MANY_REQUESTS,
+            Some(Duration::from_secs(1)),
+            "x".into(),
+        );
+        assert_eq!(
+            e,
+            HandlerError::RetryAfter {
+                after: Duration::from_secs(1),
+                message: "x".into()
+            }
+        );
+    }
+
+    #[test]
+    fn retry_after_seconds_and_dates() {
+        assert_eq!(
+            parse_retry_after(&HeaderValue::from_static("7")),
+            Some(Duration::from_secs(7))
+        );
+        let later = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(120));
+        let d = parse_retry_after(&HeaderValue::from_str(&later).expect("header")).expect("date");
+        assert!(
+            d > Duration::from_secs(100) && d <= Duration::from_secs(120),
+            "{d:?}"
+        );
+        assert_eq!(parse_retry_after(&HeaderValue::from_static("soon")), None);
+    }
+}

@@ -1,0 +1,5 @@
+//! The handler kinds a manifest can name: `http`, `exec` and `log`.
+
+pub mod exec;
+pub mod http;
+pub mod log;

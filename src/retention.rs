@@ -1,0 +1,47 @@
+//! Retention: every `CLEANUP_INTERVAL_HOURS`, delete `completed` and `failed` events
+//! created more than `RETENTION_DAYS` ago, with their deliveries, in batches of 1000.
+//! `pending` and `processing` events are never deleted (invariant 7).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use crate::model::Timestamp;
+use crate::store::{Store, StoreError};
+
+/// Rows deleted per transaction.
+pub const BATCH: u32 = 1000;
+
+/// Deletes every terminal event created before `cutoff`, batch by batch.
+pub async fn purge_before(store: &dyn Store, cutoff: Timestamp) -> Result<u64, StoreError> {
+    let mut total = 0;
+    loop {
+        let n = store.purge(cutoff, BATCH).await?;
+        total += n;
+        if n < u64::from(BATCH) {
+            return Ok(total);
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Runs retention forever (the first run one interval after start).
+pub async fn run(store: Arc<dyn Store>, retention_days: f64, interval: Duration) {
+    let keep = Duration::try_from_secs_f64(retention_days * 86_400.0).unwrap_or(Duration::MAX);
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let cutoff = chrono::Duration::from_std(keep)
+            .ok()
+            .and_then(|d| Timestamp::now().0.checked_sub_signed(d))
+            .map(Timestamp);
+        let Some(cutoff) = cutoff else { continue };
+        match purge_before(&*store, cutoff).await {
+            Ok(0) => {}
+            Ok(n) => info!(deleted = n, before = %cutoff.to_rfc3339(), "retention"),
+            Err(e) => warn!(error = %e, "retention failed; next run will retry"),
+        }
+    }
+}
