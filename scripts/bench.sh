@@ -11,7 +11,8 @@
 # Arguments go to target/release/examples/loadgen (see `loadgen --help`); the
 # script adds --url itself. hookbox runs on 127.0.0.1:$BENCH_PORT (default: a
 # free port) with a fresh SQLite database and an empty handlers directory in a
-# temporary directory that is removed afterwards. Every other hookbox setting
+# temporary directory that is removed afterwards (with one no-op `log` handler
+# for `bench.e2e` events). Every other hookbox setting
 # passes through from the environment (note that DATABASE_URL, if set, wins over
 # the temporary DB_PATH). LOG_LEVEL defaults to warn; hookbox's log goes to
 # stderr only if something fails.
@@ -41,6 +42,12 @@ port="$(pick_port)"
 url="http://127.0.0.1:${port}"
 workdir="$(mktemp -d "${TMPDIR:-/tmp}/hookbox-bench.XXXXXX")"
 mkdir "$workdir/handlers"
+# A no-op handler for the end-to-end mode (loadgen e2e posts `bench.e2e` events);
+# `ingest` posts `bench.ingest`, which no handler routes.
+cat >"$workdir/handlers/noop.toml" <<'TOML'
+event_types = ["bench.e2e"]
+kind = "log"
+TOML
 log="$workdir/hookbox.log"
 hookbox_pid=""
 

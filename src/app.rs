@@ -275,6 +275,7 @@ async fn run_workers(
         store: store.clone(),
         registry: state.registry.clone(),
         timer,
+        recorders: tokio_util::task::TaskTracker::new(),
     };
     let mut workers = JoinSet::new();
     for _ in 0..config.worker_count {
@@ -292,7 +293,12 @@ async fn run_workers(
     info!("shutting down: refusing new events, draining workers");
     state.0.lifecycle.draining.store(true, Ordering::Release);
     queue.close();
-    if tokio::time::timeout(config.shutdown_grace, workers.join_all())
+    crew.recorders.close();
+    let drained = async {
+        workers.join_all().await;
+        crew.recorders.wait().await;
+    };
+    if tokio::time::timeout(config.shutdown_grace, drained)
         .await
         .is_err()
     {
@@ -314,10 +320,7 @@ async fn recover(store: &dyn Store, queue: &Queue<Job>, timer: &Timer) -> Result
     let now = crate::model::Timestamp::now();
     let mut due = Vec::with_capacity(deliveries + unsettled);
     for d in left.deliveries {
-        let job = Job::Deliver {
-            delivery: d.delivery,
-            event: d.event,
-        };
+        let job = Job::deliver(d.delivery, d.event);
         match d.retry_after.filter(|t| *t > now) {
             Some(at) => timer.at(job, at),
             None => due.push(job),

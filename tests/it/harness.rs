@@ -24,11 +24,23 @@ pub fn bin() -> &'static str {
 impl Hookbox {
     /// Starts hookbox on a fresh directory and waits until `/ready` is 200.
     pub fn start(env: &[(&str, &str)]) -> Self {
-        let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
-        std::fs::create_dir_all(dir.path().join("handlers")).expect("handlers dir");
-        let hb = Self::spawn(dir, env);
-        hb.wait_ready();
-        hb
+        Self::restart(new_dir(), env)
+    }
+
+    /// Waits until the event reaches `status`, and returns it.
+    pub fn wait_status(&self, id: &str, status: &str, timeout: Duration) -> Value {
+        let mut last = Value::Null;
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(r) = self.get(&format!("/webhooks/{id}")) {
+                last = r.json();
+                if last["status"] == status {
+                    return last;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!("event {id} never became {status}: {last}\nlogs: {:?}", self.logs());
     }
 
     /// Starts hookbox on `dir` and returns once it listens (not necessarily ready).
@@ -244,6 +256,33 @@ pub fn eventually<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Optio
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// A fresh data directory with an empty `handlers/` folder.
+pub fn new_dir() -> Arc<tempfile::TempDir> {
+    let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
+    std::fs::create_dir_all(dir.path().join("handlers")).expect("handlers dir");
+    dir
+}
+
+/// Writes an executable script under `dir`.
+pub fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = write(dir, name, &format!("#!/bin/sh\n{body}\n"));
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    path
+}
+
+/// Writes an exec handler manifest running `script` for `event_types`.
+pub fn exec_manifest(dir: &Path, name: &str, event_types: &str, script: &Path, extra: &str) {
+    write(
+        dir,
+        &format!("handlers/{name}.toml"),
+        &format!(
+            "event_types = {event_types}\nkind = \"exec\"\n{extra}\n[exec]\ncommand = [\"{}\"]\n",
+            script.display()
+        ),
+    );
 }
 
 /// Writes a file under `dir`, creating folders.

@@ -9,4 +9,6 @@ mod durability;
 mod harness;
 mod intake;
 mod layers;
+mod library;
+mod processing;
 mod status;
