@@ -157,7 +157,13 @@ impl Workers {
         }
         let Some(route) = self.registry.get(&task.handler) else {
             let message = format!("no handler named {:?} is registered", task.handler);
-            return Ok(Some(outcome(&task, Status::Failed, task.attempts, Some(message), None)));
+            return Ok(Some(outcome(
+                &task,
+                Status::Failed,
+                task.attempts,
+                Some(message),
+                None,
+            )));
         };
         let attempt = task.attempts + 1;
         let started = Instant::now();
@@ -168,20 +174,28 @@ impl Workers {
             count(route, "completed");
             return Ok(Some(outcome(&task, Status::Completed, attempt, None, None)));
         };
-        Ok(Some(match route.policy.decide(attempt, &failure, jitter()) {
-            Decision::Retry { after } => {
-                count(route, "retry");
-                debug!(delivery = %task.delivery_id, attempt, error = %failure.message, "retry scheduled");
-                let mut o = outcome(&task, Status::Pending, attempt, Some(failure.message), Some(after));
-                o.retry = Some(after);
-                o
-            }
-            Decision::DeadLetter => {
-                count(route, "dead_letter");
-                warn!(delivery = %task.delivery_id, handler = %route.name, attempt, error = %failure.message, "dead letter");
-                outcome(&task, Status::Failed, attempt, Some(failure.message), None)
-            }
-        }))
+        Ok(Some(
+            match route.policy.decide(attempt, &failure, jitter()) {
+                Decision::Retry { after } => {
+                    count(route, "retry");
+                    debug!(delivery = %task.delivery_id, attempt, error = %failure.message, "retry scheduled");
+                    let mut o = outcome(
+                        &task,
+                        Status::Pending,
+                        attempt,
+                        Some(failure.message),
+                        Some(after),
+                    );
+                    o.retry = Some(after);
+                    o
+                }
+                Decision::DeadLetter => {
+                    count(route, "dead_letter");
+                    warn!(delivery = %task.delivery_id, handler = %route.name, attempt, error = %failure.message, "dead letter");
+                    outcome(&task, Status::Failed, attempt, Some(failure.message), None)
+                }
+            },
+        ))
     }
 
     /// Runs the attempt; if it is still running after [`MARK_PROCESSING_AFTER`],

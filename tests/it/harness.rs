@@ -40,7 +40,10 @@ impl Hookbox {
             }
             std::thread::sleep(Duration::from_millis(25));
         }
-        panic!("event {id} never became {status}: {last}\nlogs: {:?}", self.logs());
+        panic!(
+            "event {id} never became {status}: {last}\nlogs: {:?}",
+            self.logs()
+        );
     }
 
     /// Starts hookbox on `dir` and returns once it listens (not necessarily ready).

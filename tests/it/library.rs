@@ -107,7 +107,11 @@ async fn a_panicking_handler_costs_attempts_never_workers() {
     for id in &fines {
         wait_status(&client, &base, id, "completed").await;
     }
-    assert_eq!(ok_calls.load(Ordering::SeqCst), 6, "both workers survived the panics");
+    assert_eq!(
+        ok_calls.load(Ordering::SeqCst),
+        6,
+        "both workers survived the panics"
+    );
     let _ = stop_tx.send(());
     server.await.expect("join").expect("clean shutdown");
 }

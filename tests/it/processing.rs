@@ -43,7 +43,10 @@ fn fan_out_runs_every_matching_handler_with_payload_and_env() {
     let lines = std::fs::read_to_string(&out).expect("handler output");
     assert_eq!(lines.lines().count(), 2, "{lines}");
     for line in lines.lines() {
-        assert!(line.ends_with(&format!("{id} order.created 1 {{\"n\":7}}")), "{line}");
+        assert!(
+            line.ends_with(&format!("{id} order.created 1 {{\"n\":7}}")),
+            "{line}"
+        );
     }
 }
 
@@ -55,21 +58,34 @@ fn failing_twice_then_succeeding_completes_after_three_attempts() {
         "flaky.sh",
         "if [ \"$HOOKBOX_ATTEMPT\" -lt 3 ]; then echo \"upstream 500 on $HOOKBOX_ATTEMPT\" >&2; exit 1; fi",
     );
-    exec_manifest(dir.path(), "flaky", r#"["flaky"]"#, &s, "backoff = [\"50ms\"]");
+    exec_manifest(
+        dir.path(),
+        "flaky",
+        r#"["flaky"]"#,
+        &s,
+        "backoff = [\"50ms\"]",
+    );
     let hb = Hookbox::restart(dir, &[]);
     let id = post(&hb, "flaky", 1);
     let ev = hb.wait_status(&id, "completed", WAIT);
     let d = &ev["deliveries"][0];
     assert_eq!(d["attempts"], 3);
     assert_eq!(d["status"], "completed");
-    assert_eq!(d["last_error"], "exit code 1: upstream 500 on 2", "the last failure is kept");
+    assert_eq!(
+        d["last_error"], "exit code 1: upstream 500 on 2",
+        "the last failure is kept"
+    );
     assert_eq!(d["retry_after"], serde_json::Value::Null);
 }
 
 #[test]
 fn exhaustion_dead_letters_with_attempts_and_last_error() {
     let dir = new_dir();
-    let s = script(dir.path(), "broken.sh", "echo 'database is down' >&2; exit 3");
+    let s = script(
+        dir.path(),
+        "broken.sh",
+        "echo 'database is down' >&2; exit 3",
+    );
     exec_manifest(
         dir.path(),
         "broken",
@@ -85,8 +101,14 @@ fn exhaustion_dead_letters_with_attempts_and_last_error() {
     assert_eq!(ev["deliveries"][0]["status"], "failed");
     assert_eq!(ev["deliveries"][0]["attempts"], 3);
     let metrics = hb.get("/metrics").expect("metrics").text;
-    assert!(metrics.contains(r#"hookbox_deliveries_total{handler="broken",outcome="dead_letter"} 1"#), "{metrics}");
-    assert!(metrics.contains(r#"hookbox_deliveries_total{handler="broken",outcome="retry"} 2"#), "{metrics}");
+    assert!(
+        metrics.contains(r#"hookbox_deliveries_total{handler="broken",outcome="dead_letter"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"hookbox_deliveries_total{handler="broken",outcome="retry"} 2"#),
+        "{metrics}"
+    );
     assert!(metrics.contains("hookbox_dead_letters 1"), "{metrics}");
 }
 
@@ -94,7 +116,13 @@ fn exhaustion_dead_letters_with_attempts_and_last_error() {
 fn exit_65_dead_letters_after_one_attempt() {
     let dir = new_dir();
     let s = script(dir.path(), "reject.sh", "echo 'bad payload' >&2; exit 65");
-    exec_manifest(dir.path(), "reject", r#"["reject"]"#, &s, "backoff = [\"20ms\"]");
+    exec_manifest(
+        dir.path(),
+        "reject",
+        r#"["reject"]"#,
+        &s,
+        "backoff = [\"20ms\"]",
+    );
     let hb = Hookbox::restart(dir, &[]);
     let id = post(&hb, "reject", 1);
     let ev = hb.wait_status(&id, "failed", WAIT);
@@ -114,7 +142,13 @@ fn a_timeout_is_retried_and_kills_the_whole_process_group() {
             pids.display()
         ),
     );
-    exec_manifest(dir.path(), "hang", r#"["hang"]"#, &s, "timeout = \"300ms\"\nbackoff = [\"20ms\"]");
+    exec_manifest(
+        dir.path(),
+        "hang",
+        r#"["hang"]"#,
+        &s,
+        "timeout = \"300ms\"\nbackoff = [\"20ms\"]",
+    );
     let hb = Hookbox::restart(dir, &[]);
     let id = post(&hb, "hang", 1);
     let ev = hb.wait_status(&id, "completed", WAIT);
@@ -125,10 +159,17 @@ fn a_timeout_is_retried_and_kills_the_whole_process_group() {
     let running = || {
         std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()))
             .ok()
-            .and_then(|stat| stat.rsplit(')').next().map(|rest| !rest.trim_start().starts_with('Z')))
+            .and_then(|stat| {
+                stat.rsplit(')')
+                    .next()
+                    .map(|rest| !rest.trim_start().starts_with('Z'))
+            })
             .unwrap_or(false)
     };
-    assert!(!running(), "the grandchild sleep {pid} outlived its timed-out attempt");
+    assert!(
+        !running(),
+        "the grandchild sleep {pid} outlived its timed-out attempt"
+    );
 }
 
 #[test]
@@ -138,7 +179,10 @@ fn an_unrouted_event_completes_and_is_counted() {
     let ev = hb.wait_status(&id, "completed", WAIT);
     assert_eq!(ev["deliveries"], json!([]));
     let metrics = hb.get("/metrics").expect("metrics").text;
-    assert!(metrics.contains("hookbox_events_unrouted_total 1"), "{metrics}");
+    assert!(
+        metrics.contains("hookbox_events_unrouted_total 1"),
+        "{metrics}"
+    );
 }
 
 #[test]
@@ -165,7 +209,10 @@ fn kill_9_mid_run_then_restart_completes_every_event_at_least_once() {
     }
     let handled = std::fs::read_to_string(&log).expect("log");
     for id in &ids {
-        assert!(handled.lines().any(|l| l == id), "{id} never reached the handler");
+        assert!(
+            handled.lines().any(|l| l == id),
+            "{id} never reached the handler"
+        );
     }
 }
 
@@ -174,7 +221,10 @@ fn retention_deletes_old_terminal_events_and_never_unfinished_ones() {
     let dir = new_dir();
     let s = script(dir.path(), "block.sh", "sleep 30");
     exec_manifest(dir.path(), "block", r#"["block"]"#, &s, "timeout = \"60s\"");
-    let env = [("RETENTION_DAYS", "0"), ("CLEANUP_INTERVAL_HOURS", "0.0002")];
+    let env = [
+        ("RETENTION_DAYS", "0"),
+        ("CLEANUP_INTERVAL_HOURS", "0.0002"),
+    ];
     let hb = Hookbox::restart(dir, &env);
     let blocked = post(&hb, "block", 1);
     let done: Vec<String> = (0..5).map(|n| post(&hb, "done", n)).collect();
@@ -204,18 +254,38 @@ fn sigterm_lets_the_running_attempt_finish_and_refuses_new_events() {
     assert_eq!(hb.get("/ready").map(|r| r.status).unwrap_or(503), 503);
     let refused = hb.post(&json!({"event_type": "pause"}), &[]);
     assert_eq!(refused.status, 503, "{}", refused.text);
-    assert_eq!(hb.wait_exit(Duration::from_secs(15)), Some(0), "{:?}", hb.logs());
+    assert_eq!(
+        hb.wait_exit(Duration::from_secs(15)),
+        Some(0),
+        "{:?}",
+        hb.logs()
+    );
     let hb = Hookbox::restart(hb.kill9(), &[("WORKER_COUNT", "0")]);
     let ev = hb.get(&format!("/webhooks/{id}")).expect("get").json();
-    assert_eq!(ev["status"], "completed", "the attempt finished within the grace period");
+    assert_eq!(
+        ev["status"], "completed",
+        "the attempt finished within the grace period"
+    );
 }
 
 #[test]
 fn bad_manifests_stop_startup_naming_file_and_field() {
     for (file, text, field) in [
-        ("kind.toml", "event_types = [\"a\"]\nkind = \"smtp\"\n", "kind"),
-        ("typo.toml", "event_types = [\"a\"]\nkind = \"log\"\nmax_atempts = 3\n", "max_atempts"),
-        ("pattern.toml", "event_types = [\"a*b\"]\nkind = \"log\"\n", "event_types"),
+        (
+            "kind.toml",
+            "event_types = [\"a\"]\nkind = \"smtp\"\n",
+            "kind",
+        ),
+        (
+            "typo.toml",
+            "event_types = [\"a\"]\nkind = \"log\"\nmax_atempts = 3\n",
+            "max_atempts",
+        ),
+        (
+            "pattern.toml",
+            "event_types = [\"a*b\"]\nkind = \"log\"\n",
+            "event_types",
+        ),
         (
             "secret.toml",
             "event_types = [\"a\"]\nkind = \"http\"\n[http]\nurl = \"https://example.com/\"\nsecret_env = \"HOOKBOX_TEST_UNSET_SECRET\"\n",
@@ -234,7 +304,10 @@ fn bad_manifests_stop_startup_naming_file_and_field() {
             .expect("run");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{file}: {stderr}");
-        assert!(stderr.contains(file) && stderr.contains(field), "{file}: {stderr}");
+        assert!(
+            stderr.contains(file) && stderr.contains(field),
+            "{file}: {stderr}"
+        );
         let check = std::process::Command::new(crate::harness::bin())
             .args(["handlers", "check"])
             .arg(dir.path().join("handlers"))
@@ -244,8 +317,16 @@ fn bad_manifests_stop_startup_naming_file_and_field() {
         assert_eq!(check.status.code(), Some(1), "{file}");
     }
     let dir = new_dir();
-    write(dir.path(), "handlers/a.toml", "name = \"same\"\nevent_types = [\"a\"]\nkind = \"log\"\n");
-    write(dir.path(), "handlers/b.toml", "name = \"same\"\nevent_types = [\"b\"]\nkind = \"log\"\n");
+    write(
+        dir.path(),
+        "handlers/a.toml",
+        "name = \"same\"\nevent_types = [\"a\"]\nkind = \"log\"\n",
+    );
+    write(
+        dir.path(),
+        "handlers/b.toml",
+        "name = \"same\"\nevent_types = [\"b\"]\nkind = \"log\"\n",
+    );
     let check = std::process::Command::new(crate::harness::bin())
         .args(["handlers", "check"])
         .arg(dir.path().join("handlers"))
@@ -259,13 +340,23 @@ fn bad_manifests_stop_startup_naming_file_and_field() {
 #[test]
 fn handlers_check_prints_the_routing_table() {
     let out = std::process::Command::new(crate::harness::bin())
-        .args(["handlers", "check", concat!(env!("CARGO_MANIFEST_DIR"), "/handlers/examples")])
+        .args([
+            "handlers",
+            "check",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/handlers/examples"),
+        ])
         .env_clear()
         .output()
         .expect("check");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
-    for name in ["billing-sync", "log-everything", "notify", "order.created, invoice.*", "/customer_id"] {
+    for name in [
+        "billing-sync",
+        "log-everything",
+        "notify",
+        "order.created, invoice.*",
+        "/customer_id",
+    ] {
         assert!(stdout.contains(name), "{name} missing:\n{stdout}");
     }
 }
