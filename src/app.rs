@@ -24,8 +24,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::config::{Config, Secret};
+use crate::ordering::OrderingGate;
 use crate::queue::Queue;
 use crate::registry::Registry;
+use crate::registry::live::LiveRegistry;
 use crate::registry::manifest::{self, ManifestError};
 use crate::retry::{Backoff, Policy};
 use crate::ssrf::TargetGuard;
@@ -55,6 +57,9 @@ pub enum AppError {
     /// The HTTP server failed.
     #[error("http server: {0}")]
     Serve(std::io::Error),
+    /// The delivery client or the subscribers could not be set up.
+    #[error("delivery setup: {0}")]
+    Http(String),
 }
 
 /// Readiness and shutdown flags shared by the API and the background tasks.
@@ -82,8 +87,10 @@ pub struct Shared {
     pub store: Arc<dyn Store>,
     /// The in-memory work queue.
     pub queue: Arc<Queue<Job>>,
-    /// The routing table.
-    pub registry: Arc<Registry>,
+    /// The routing table (manifests + subscribers).
+    pub registry: Arc<LiveRegistry>,
+    /// Strict per-key ordering.
+    pub gate: Arc<OrderingGate>,
     /// `REQUIRE_IDEMPOTENCY_KEY`.
     pub require_idempotency_key: bool,
     /// `MAX_BODY_BYTES`.
@@ -187,10 +194,17 @@ impl App {
         prometheus: Option<PrometheusHandle>,
     ) -> Result<Self, AppError> {
         let store = open_store(&config).await?;
+        let guard = Arc::new(TargetGuard::new(config.allowed_targets.clone()));
+        let client = crate::registry::kinds::http::client(guard.clone())
+            .map_err(|e| AppError::Http(e.to_string()))?;
+        let live = LiveRegistry::new(registry, client, guard, policy(&config));
+        live.reload(&store.subscribers().await?)
+            .map_err(|e| AppError::Http(e.to_string()))?;
         let state = AppState(Arc::new(Shared {
             store,
             queue: Queue::new(config.queue_maxsize),
-            registry: Arc::new(registry),
+            registry: Arc::new(live),
+            gate: Arc::new(OrderingGate::default()),
             require_idempotency_key: config.require_idempotency_key,
             max_body_bytes: config.max_body_bytes,
             admin_token: config.admin_token.clone(),
@@ -269,11 +283,12 @@ async fn run_workers(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AppError> {
     let timer = Timer::start(queue.clone());
-    recover(&*store, &queue, &timer).await?;
+    recover(&*store, &queue, &state.gate, &timer).await?;
     let crew = Workers {
         queue: queue.clone(),
         store: store.clone(),
         registry: state.registry.clone(),
+        gate: state.gate.clone(),
         timer,
         recorders: tokio_util::task::TaskTracker::new(),
     };
@@ -314,12 +329,20 @@ async fn run_workers(
 
 /// Pushes every unfinished delivery and unsettled event (SPEC §3 recovery), whatever
 /// the queue's bound; retries that are not due yet wait in the timer.
-async fn recover(store: &dyn Store, queue: &Queue<Job>, timer: &Timer) -> Result<(), StoreError> {
+async fn recover(
+    store: &dyn Store,
+    queue: &Queue<Job>,
+    gate: &OrderingGate,
+    timer: &Timer,
+) -> Result<(), StoreError> {
     let left = store.unfinished().await?;
     let (deliveries, unsettled) = (left.deliveries.len(), left.unsettled.len());
     let now = crate::model::Timestamp::now();
     let mut due = Vec::with_capacity(deliveries + unsettled);
     for d in left.deliveries {
+        if let Some(value) = &d.ordering_value {
+            gate.register(&d.handler, value, d.delivery);
+        }
         let job = Job::deliver(d.delivery, d.event);
         match d.retry_after.filter(|t| *t > now) {
             Some(at) => timer.at(job, at),

@@ -34,6 +34,7 @@ pub mod app;
 pub mod config;
 pub mod layers;
 pub mod model;
+pub mod ordering;
 pub mod queue;
 pub mod registry;
 pub mod retention;

@@ -232,3 +232,67 @@ pub struct Finish {
     /// When the retry is due.
     pub retry_after: Option<Timestamp>,
 }
+
+/// An http handler registered at run time (SPEC §4 "Subscribers").
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct Subscriber {
+    /// Unique among manifests and subscribers.
+    pub name: String,
+    /// Exact names or trailing-`*` prefixes.
+    pub event_types: Vec<String>,
+    /// Where deliveries go.
+    pub url: String,
+    /// `whsec_…` signing secret(s), space-separated; never shown by the API.
+    #[serde(skip_serializing)]
+    pub secret: Option<String>,
+    /// JSON pointer into the payload: FIFO per value.
+    pub ordering_key: Option<String>,
+    /// Overrides `MAX_ATTEMPTS`.
+    pub max_attempts: Option<u32>,
+    /// Explicit backoff schedule (`["5s", "30s"]`).
+    pub backoff: Option<Vec<String>>,
+    /// An inactive subscriber gets no new deliveries.
+    pub active: bool,
+    /// Creation time.
+    #[serde(skip_deserializing, default = "Timestamp::now")]
+    pub created_at: Timestamp,
+    /// Last change.
+    #[serde(skip_deserializing, default = "Timestamp::now")]
+    pub updated_at: Timestamp,
+}
+
+/// A failed delivery with its event, as `GET /dead-letters` lists it.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeadLetter {
+    /// The delivery id.
+    pub id: Uuid,
+    /// The handler that kept failing.
+    pub handler: String,
+    /// Always `failed`.
+    pub status: Status,
+    /// Attempts made.
+    pub attempts: u32,
+    /// The last error.
+    pub last_error: Option<String>,
+    /// When it was dead-lettered.
+    pub updated_at: Timestamp,
+    /// The event.
+    pub event: DeadLetterEvent,
+}
+
+/// The event of a dead letter, payload included (for inspection before replay).
+#[derive(Debug, Clone, Serialize)]
+pub struct DeadLetterEvent {
+    /// Event id.
+    pub id: Uuid,
+    /// Its idempotency key.
+    pub idempotency_key: String,
+    /// Its type.
+    pub event_type: String,
+    /// Its status.
+    pub status: Status,
+    /// Acceptance time.
+    pub created_at: Timestamp,
+    /// The payload.
+    pub payload: Box<serde_json::value::RawValue>,
+}

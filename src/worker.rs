@@ -14,8 +14,10 @@ use tracing::{debug, warn};
 use uuid::Uuid;
 
 use crate::model::{DeliveryTask, Finish, NewEvent, Status, Timestamp};
+use crate::ordering::OrderingGate;
 use crate::queue::Queue;
-use crate::registry::{Event, Registry, Route};
+use crate::registry::live::LiveRegistry;
+use crate::registry::{Event, Route};
 use crate::retry::{Decision, Failure, jitter};
 use crate::store::Store;
 use crate::telemetry::names;
@@ -87,7 +89,9 @@ pub struct Workers {
     /// Where outcomes go.
     pub store: Arc<dyn Store>,
     /// Handlers by name.
-    pub registry: Arc<Registry>,
+    pub registry: Arc<LiveRegistry>,
+    /// Strict per-key ordering.
+    pub gate: Arc<OrderingGate>,
     /// Where retries wait.
     pub timer: Timer,
     /// The tasks recording outcomes (shutdown waits for them).
@@ -97,6 +101,8 @@ pub struct Workers {
 /// An attempt's result, to record after the worker moved on.
 struct Outcome {
     finish: Finish,
+    /// `(handler, ordering value)` when the delivery is ordered.
+    ordering: Option<(String, String)>,
     /// The retry to schedule once the outcome is committed.
     retry: Option<std::time::Duration>,
 }
@@ -155,7 +161,16 @@ impl Workers {
             self.timer.at(job_of(&task), due);
             return Ok(None);
         }
-        let Some(route) = self.registry.get(&task.handler) else {
+        if let Some(value) = &task.ordering_value {
+            if !self
+                .gate
+                .admit(&task.handler, value, task.delivery_id, job_of(&task))
+            {
+                return Ok(None); // an older delivery of this key is unfinished: parked
+            }
+        }
+        let registry = self.registry.current();
+        let Some(route) = registry.get(&task.handler) else {
             let message = format!("no handler named {:?} is registered", task.handler);
             return Ok(Some(outcome(
                 &task,
@@ -217,13 +232,21 @@ impl Workers {
         Ok(run.await)
     }
 
-    /// Commits an outcome, then schedules its retry.
+    /// Commits an outcome, then schedules its retry or lets the next delivery of
+    /// its ordering key go.
     async fn record(&self, outcome: Outcome) {
         let job = Job::deliver(outcome.finish.delivery_id, outcome.finish.event_id);
+        let terminal = outcome.finish.status.is_terminal();
+        let delivery = outcome.finish.delivery_id;
         match self.store.finish(outcome.finish).await {
             Ok(()) => {
                 if let Some(after) = outcome.retry {
                     self.timer.after(job, after);
+                }
+                if let (true, Some((handler, value))) = (terminal, &outcome.ordering) {
+                    if let Some(next) = self.gate.finished(handler, value, delivery) {
+                        self.queue.push(next);
+                    }
                 }
             }
             Err(e) => {
@@ -251,6 +274,10 @@ fn outcome(
             retry_after: retry_in.map(|d| Timestamp(Timestamp::now().0 + d)),
         },
         retry: None,
+        ordering: task
+            .ordering_value
+            .as_ref()
+            .map(|v| (task.handler.clone(), v.clone())),
     }
 }
 

@@ -230,7 +230,23 @@ pub async fn intake(
         None => parse(&headers, &body, app.require_idempotency_key)?,
     };
     let id = Uuid::now_v7();
-    let deliveries = app.registry.deliveries(&parsed.event_type, &parsed.payload);
+    let registry = app.registry.current();
+    let deliveries = registry.deliveries(&parsed.event_type, &parsed.payload);
+    let ordered: Vec<(String, String, Uuid)> = deliveries
+        .iter()
+        .filter_map(|d| Some((d.handler.clone(), d.ordering_value.clone()?, d.id)))
+        .collect();
+    // Ordered deliveries take their place in line before the commit (see ordering.rs).
+    for (handler, value, delivery) in &ordered {
+        app.gate.register(handler, value, *delivery);
+    }
+    let forget = || {
+        for (handler, value, delivery) in &ordered {
+            if let Some(next) = app.gate.finished(handler, value, *delivery) {
+                app.queue.push(next);
+            }
+        }
+    };
     let event = NewEvent {
         id,
         idempotency_key: parsed.key.clone().unwrap_or_else(|| id.to_string()),
@@ -241,22 +257,27 @@ pub async fn intake(
         deliveries,
     };
     let jobs = Job::for_new_event(&event);
-    let Inserted {
+    let inserted = app.store.insert_event(event).await;
+    let Ok(Inserted {
         event: stored,
         created,
-    } = app
-        .store
-        .insert_event(event)
-        .await
-        .map_err(|e| Problem::unavailable(format!("the event was not stored: {e}")))?;
+    }) = inserted
+    else {
+        forget();
+        let e = inserted.err().map(|e| e.to_string()).unwrap_or_default();
+        return Err(Problem::unavailable(format!(
+            "the event was not stored: {e}"
+        )));
+    };
     if !created {
+        forget();
         if fingerprint(&stored.event_type, &stored.payload_sha256) != parsed.fingerprint() {
             return Err(idempotency::reused());
         }
         metrics::counter!(names::EVENTS_DUPLICATE).increment(1);
         return Ok(accepted(StatusCode::OK, &stored));
     }
-    let label = if app.registry.is_routed(&stored.event_type) {
+    let label = if registry.is_routed(&stored.event_type) {
         stored.event_type.clone()
     } else {
         "other".to_owned()

@@ -5,14 +5,16 @@
 //! before the body is read) and idempotency (which also parses and validates).
 
 pub mod auth;
+pub mod dead_letters;
 pub mod intake;
 pub mod probes;
 pub mod problem;
 pub mod status;
+pub mod subscribers;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::middleware::map_response;
+use axum::middleware::{from_fn_with_state, map_response};
 use axum::routing::{get, post};
 use http::StatusCode;
 
@@ -37,7 +39,23 @@ pub fn router(app: AppState) -> Router {
         .route_layer(DefaultBodyLimit::max(app.max_body_bytes))
         .route_layer(BackpressureLayer::new(app.queue.clone()))
         .route_layer(map_response(intake::count_rejections));
+    let admin = Router::new()
+        .route("/webhooks/{id}/replay", post(dead_letters::replay_event))
+        .route("/dead-letters", get(dead_letters::list))
+        .route("/dead-letters/replay", post(dead_letters::replay_bulk))
+        .route(
+            "/subscribers",
+            post(subscribers::create).get(subscribers::list),
+        )
+        .route(
+            "/subscribers/{name}",
+            get(subscribers::read)
+                .patch(subscribers::patch)
+                .delete(subscribers::delete),
+        )
+        .route_layer(from_fn_with_state(app.clone(), auth::admin_only));
     Router::new()
+        .merge(admin)
         .route("/webhooks", intake.get(status::lookup_or_list))
         .route("/webhooks/{id}", get(status::by_id))
         .route("/health", get(probes::health))

@@ -252,6 +252,7 @@ pub fn load_file(file: &Path, ctx: &Context) -> Result<Route, ManifestError> {
         handler,
         kind: m.kind.clone(),
         target,
+        active: true,
     })
 }
 

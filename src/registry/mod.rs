@@ -24,6 +24,7 @@
 
 mod handler;
 pub mod kinds;
+pub mod live;
 pub mod manifest;
 mod pattern;
 
@@ -57,6 +58,8 @@ pub struct Route {
     pub kind: String,
     /// What it reaches: a URL, a command line (for the routing table; no secrets).
     pub target: String,
+    /// An inactive route gets no new deliveries (its unfinished ones still run).
+    pub active: bool,
 }
 
 impl fmt::Debug for Route {
@@ -72,9 +75,9 @@ impl fmt::Debug for Route {
 }
 
 impl Route {
-    /// True when this route receives `event_type`.
+    /// True when this route receives new events of `event_type`.
     pub fn matches(&self, event_type: &str) -> bool {
-        self.patterns.iter().any(|p| p.matches(event_type))
+        self.active && self.patterns.iter().any(|p| p.matches(event_type))
     }
 }
 
@@ -200,6 +203,7 @@ impl RegistryBuilder {
                 handler,
                 kind: "rust".to_owned(),
                 target: "-".to_owned(),
+                active: true,
             }),
             Err(source) => self.errors.push(RegistryError::Pattern {
                 name: name.to_owned(),

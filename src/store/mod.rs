@@ -9,7 +9,9 @@ pub mod sqlite;
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use crate::model::{DeliveryTask, EventView, Finish, NewEvent, Status, Timestamp};
+use crate::model::{
+    DeadLetter, DeliveryTask, EventView, Finish, NewEvent, Status, Subscriber, Timestamp,
+};
 
 /// What can go wrong in a store.
 #[derive(Debug, thiserror::Error)]
@@ -123,6 +125,44 @@ pub trait Store: Send + Sync + 'static {
 
     /// Counts for the gauges of SPEC §5.
     async fn stats(&self) -> Result<Stats, StoreError>;
+
+    /// A page of dead letters (failed deliveries), newest first; `before` is the
+    /// previous page's last delivery id.
+    async fn dead_letters(
+        &self,
+        limit: u32,
+        before: Option<Uuid>,
+    ) -> Result<Page<DeadLetter>, StoreError>;
+
+    /// Resets the failed deliveries that `filter` selects to `pending` (attempts and
+    /// last error kept) and re-derives their events' status, in one transaction.
+    /// Returns the deliveries to run.
+    async fn replay(&self, filter: ReplayFilter) -> Result<Vec<PendingDelivery>, StoreError>;
+
+    /// Every subscriber.
+    async fn subscribers(&self) -> Result<Vec<Subscriber>, StoreError>;
+
+    /// Stores a new subscriber; false when the name is taken.
+    async fn insert_subscriber(&self, subscriber: Subscriber) -> Result<bool, StoreError>;
+
+    /// Replaces a subscriber; false when there is none of that name.
+    async fn update_subscriber(&self, subscriber: Subscriber) -> Result<bool, StoreError>;
+
+    /// Deletes a subscriber; false when there is none of that name.
+    async fn delete_subscriber(&self, name: &str) -> Result<bool, StoreError>;
+}
+
+/// Which dead letters to replay (all given filters apply).
+#[derive(Debug, Clone, Default)]
+pub struct ReplayFilter {
+    /// Only this event's.
+    pub event: Option<Uuid>,
+    /// Only events of this type.
+    pub event_type: Option<String>,
+    /// Only this handler's.
+    pub handler: Option<String>,
+    /// Only events created before this time.
+    pub before: Option<Timestamp>,
 }
 
 /// Work left over from a previous run (SPEC §3: loaded before `/ready`).
@@ -143,6 +183,10 @@ pub struct PendingDelivery {
     pub event: Uuid,
     /// When it is due (a retry waiting), if not now.
     pub retry_after: Option<Timestamp>,
+    /// Its handler.
+    pub handler: String,
+    /// Its ordering key value, if any.
+    pub ordering_value: Option<String>,
 }
 
 /// The numbers behind the gauges.

@@ -20,10 +20,11 @@ use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use super::{
-    EventSummary, Inserted, ListQuery, Page, PendingDelivery, Stats, Store, StoreError, Unfinished,
+    EventSummary, Inserted, ListQuery, Page, PendingDelivery, ReplayFilter, Stats, Store,
+    StoreError, Unfinished,
 };
 use crate::config::SqliteSynchronous as Sync;
-use crate::model::{DeliveryTask, EventView, Finish, NewEvent, Timestamp};
+use crate::model::{DeadLetter, DeliveryTask, EventView, Finish, NewEvent, Subscriber, Timestamp};
 use rows::{EVENT_COLUMNS, SUMMARY_COLUMNS};
 use writer::Write;
 
@@ -176,8 +177,8 @@ impl Store for SqliteStore {
 
     async fn unfinished(&self) -> Result<Unfinished, StoreError> {
         let deliveries = sqlx::query(
-            "SELECT id, event_id, retry_after FROM deliveries \
-             WHERE status IN ('pending', 'processing') ORDER BY created_at, id",
+            "SELECT id, event_id, retry_after, handler, ordering_value FROM deliveries \
+             WHERE status IN ('pending', 'processing') ORDER BY id",
         )
         .fetch_all(&self.read)
         .await?
@@ -187,6 +188,8 @@ impl Store for SqliteStore {
                 delivery: rows::uuid(r, "id")?,
                 event: rows::uuid(r, "event_id")?,
                 retry_after: rows::opt_time(r, "retry_after")?,
+                handler: sqlx::Row::try_get(r, "handler")?,
+                ordering_value: sqlx::Row::try_get(r, "ordering_value")?,
             })
         })
         .collect::<Result<_, StoreError>>()?;
@@ -230,7 +233,12 @@ impl Store for SqliteStore {
     }
 
     async fn purge(&self, cutoff: Timestamp, limit: u32) -> Result<u64, StoreError> {
-        self.send(|reply| Write::Purge(cutoff, limit, reply)).await
+        self.send(|reply| {
+            writer::solo(reply, move |conn| {
+                Box::pin(writer::purge(conn, cutoff, limit))
+            })
+        })
+        .await
     }
 
     async fn stats(&self) -> Result<Stats, StoreError> {
@@ -252,5 +260,86 @@ impl Store for SqliteStore {
             dead_letters: count("dead")?,
             oldest_pending: rows::opt_time(&row, "oldest")?,
         })
+    }
+
+    async fn dead_letters(
+        &self,
+        limit: u32,
+        before: Option<Uuid>,
+    ) -> Result<Page<DeadLetter>, StoreError> {
+        let mut qb = QueryBuilder::<Sqlite>::new(
+            "SELECT d.id, d.handler, d.status, d.attempts, d.last_error, d.updated_at, \
+                    e.id AS event_id, e.idempotency_key, e.event_type, e.status AS event_status, \
+                    e.created_at, e.payload \
+             FROM deliveries d JOIN events e ON e.id = d.event_id WHERE d.status = 'failed'",
+        );
+        if let Some(before) = before {
+            qb.push(" AND d.id < ").push_bind(before.to_string());
+        }
+        qb.push(" ORDER BY d.id DESC LIMIT ")
+            .push_bind(i64::from(limit) + 1);
+        let fetched = qb.build().fetch_all(&self.read).await?;
+        let mut items = fetched
+            .iter()
+            .map(rows::dead_letter)
+            .collect::<Result<Vec<_>, _>>()?;
+        let next_cursor = if items.len() > limit as usize {
+            items.truncate(limit as usize);
+            items.last().map(|d| d.id.to_string())
+        } else {
+            None
+        };
+        Ok(Page { items, next_cursor })
+    }
+
+    async fn replay(&self, filter: ReplayFilter) -> Result<Vec<PendingDelivery>, StoreError> {
+        self.send(|reply| writer::solo(reply, move |conn| Box::pin(writer::replay(conn, filter))))
+            .await
+    }
+
+    async fn subscribers(&self) -> Result<Vec<Subscriber>, StoreError> {
+        sqlx::query(
+            "SELECT name, event_types, url, secret, ordering_key, max_attempts, backoff, active, \
+                    created_at, updated_at FROM subscribers ORDER BY name",
+        )
+        .fetch_all(&self.read)
+        .await?
+        .iter()
+        .map(rows::subscriber)
+        .collect()
+    }
+
+    async fn insert_subscriber(&self, subscriber: Subscriber) -> Result<bool, StoreError> {
+        self.send(|reply| {
+            writer::solo(reply, move |conn| {
+                Box::pin(writer::save_subscriber(conn, subscriber, false))
+            })
+        })
+        .await
+    }
+
+    async fn update_subscriber(&self, subscriber: Subscriber) -> Result<bool, StoreError> {
+        self.send(|reply| {
+            writer::solo(reply, move |conn| {
+                Box::pin(writer::save_subscriber(conn, subscriber, true))
+            })
+        })
+        .await
+    }
+
+    async fn delete_subscriber(&self, name: &str) -> Result<bool, StoreError> {
+        let name = name.to_owned();
+        self.send(|reply| {
+            writer::solo(reply, move |conn| {
+                Box::pin(async move {
+                    let done = sqlx::query("DELETE FROM subscribers WHERE name = ?")
+                        .bind(name)
+                        .execute(&mut *conn)
+                        .await?;
+                    Ok(done.rows_affected() > 0)
+                })
+            })
+        })
+        .await
     }
 }

@@ -6,7 +6,10 @@ use sqlx::sqlite::{SqlitePool, SqliteRow};
 use sqlx::{QueryBuilder, Row, Sqlite};
 use uuid::Uuid;
 
-use crate::model::{DeliveryTask, DeliveryView, EventView, Status, Timestamp};
+use crate::model::{
+    DeadLetter, DeadLetterEvent, DeliveryTask, DeliveryView, EventView, Status, Subscriber,
+    Timestamp,
+};
 use crate::store::{EventSummary, StoreError};
 
 /// Columns read for an [`EventSummary`].
@@ -23,7 +26,11 @@ pub(super) fn uuid(row: &SqliteRow, col: &str) -> Result<Uuid, StoreError> {
 }
 
 fn status(row: &SqliteRow) -> Result<Status, StoreError> {
-    let text: &str = row.try_get("status")?;
+    status_in(row, "status")
+}
+
+fn status_in(row: &SqliteRow, col: &str) -> Result<Status, StoreError> {
+    let text: &str = row.try_get(col)?;
     Status::parse(text).ok_or_else(|| StoreError::Corrupt(format!("status {text:?}")))
 }
 
@@ -128,5 +135,51 @@ pub(super) fn delivery_task(row: &SqliteRow) -> Result<DeliveryTask, StoreError>
         idempotency_key: row.try_get("idempotency_key")?,
         event_type: row.try_get("event_type")?,
         payload: payload.into(),
+    })
+}
+
+/// Decodes a failed delivery joined with its event.
+pub(super) fn dead_letter(row: &SqliteRow) -> Result<DeadLetter, StoreError> {
+    let payload: String = row.try_get("payload")?;
+    let payload = serde_json::value::RawValue::from_string(payload)
+        .map_err(|e| StoreError::Corrupt(format!("payload: {e}")))?;
+    Ok(DeadLetter {
+        id: uuid(row, "id")?,
+        handler: row.try_get("handler")?,
+        status: status(row)?,
+        attempts: attempts(row)?,
+        last_error: row.try_get("last_error")?,
+        updated_at: time(row, "updated_at")?,
+        event: DeadLetterEvent {
+            id: uuid(row, "event_id")?,
+            idempotency_key: row.try_get("idempotency_key")?,
+            event_type: row.try_get("event_type")?,
+            status: status_in(row, "event_status")?,
+            created_at: time(row, "created_at")?,
+            payload,
+        },
+    })
+}
+
+fn json_list(row: &SqliteRow, col: &str) -> Result<Option<Vec<String>>, StoreError> {
+    let text: Option<&str> = row.try_get(col)?;
+    text.map(|t| serde_json::from_str(t).map_err(|e| StoreError::Corrupt(format!("{col}: {e}"))))
+        .transpose()
+}
+
+/// Decodes a subscriber row.
+pub(super) fn subscriber(row: &SqliteRow) -> Result<Subscriber, StoreError> {
+    let max_attempts: Option<i64> = row.try_get("max_attempts")?;
+    Ok(Subscriber {
+        name: row.try_get("name")?,
+        event_types: json_list(row, "event_types")?.unwrap_or_default(),
+        url: row.try_get("url")?,
+        secret: row.try_get("secret")?,
+        ordering_key: row.try_get("ordering_key")?,
+        max_attempts: max_attempts.and_then(|n| u32::try_from(n).ok()),
+        backoff: json_list(row, "backoff")?,
+        active: row.try_get("active")?,
+        created_at: time(row, "created_at")?,
+        updated_at: time(row, "updated_at")?,
     })
 }

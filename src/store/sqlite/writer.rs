@@ -8,14 +8,15 @@
 
 use std::collections::{HashMap, HashSet};
 
+use futures_util::future::BoxFuture;
 use sqlx::{Connection, QueryBuilder, Sqlite, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{error, warn};
 use uuid::Uuid;
 
 use super::rows::{self, SUMMARY_COLUMNS};
-use crate::model::{Finish, NewDelivery, NewEvent, Status, Timestamp};
-use crate::store::{EventSummary, Inserted, StoreError};
+use crate::model::{Finish, NewDelivery, NewEvent, Status, Subscriber, Timestamp};
+use crate::store::{EventSummary, Inserted, PendingDelivery, ReplayFilter, StoreError};
 
 /// Most operations committed in one transaction.
 const MAX_BATCH: usize = 1024;
@@ -32,22 +33,63 @@ pub(super) enum Write {
     Start(Uuid, Uuid),
     /// Record an attempt's outcome.
     Finish(Finish, oneshot::Sender<Result<(), StoreError>>),
-    /// Delete old terminal events (runs in its own transaction after the batch).
-    Purge(Timestamp, u32, oneshot::Sender<Result<u64, StoreError>>),
+    /// Any other write, run alone on the write connection after the batch (in its
+    /// own transaction if it opens one); it answers its caller itself.
+    Solo(Solo),
+}
+
+/// A write that runs alone: gets the connection, answers through its own channel.
+pub(super) type Solo =
+    Box<dyn for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, ()> + Send + Sync>;
+
+/// Wraps an async function of the write connection as a [`Write::Solo`] whose
+/// result goes to `reply`.
+pub(super) fn solo<T, F>(reply: oneshot::Sender<Result<T, StoreError>>, f: F) -> Write
+where
+    T: Send + 'static,
+    F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, Result<T, StoreError>>
+        + Send
+        + Sync
+        + 'static,
+{
+    Write::Solo(Box::new(move |conn| {
+        Box::pin(async move {
+            let _ = reply.send(f(conn).await);
+        })
+    }))
 }
 
 /// What one write produced.
 enum Done {
     Inserted(Inserted),
     Unit,
-    Count(u64),
 }
 
 /// Runs until every sender is gone.
 pub(super) async fn run(mut conn: SqliteConnection, mut rx: mpsc::Receiver<Write>) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        match commit(&mut conn, &batch).await {
+    let mut received = Vec::with_capacity(MAX_BATCH);
+    while rx.recv_many(&mut received, MAX_BATCH).await > 0 {
+        let (solos, mut batch): (Vec<Write>, Vec<Write>) = received
+            .drain(..)
+            .partition(|op| matches!(op, Write::Solo(_)));
+        if !batch.is_empty() {
+            commit_batch(&mut conn, &mut batch).await;
+        }
+        for op in solos {
+            if let Write::Solo(f) = op {
+                f(&mut conn).await;
+            }
+        }
+    }
+    if let Err(e) = conn.close().await {
+        warn!(error = %e, "closing the write connection");
+    }
+}
+
+/// Commits a batch, falling back to one transaction per op when it fails.
+async fn commit_batch(conn: &mut SqliteConnection, batch: &mut Vec<Write>) {
+    {
+        match commit(conn, batch).await {
             Ok(results) => answer(batch.drain(..), results),
             Err(e) if batch.len() == 1 => {
                 error!(error = %e, "write failed");
@@ -57,7 +99,7 @@ pub(super) async fn run(mut conn: SqliteConnection, mut rx: mpsc::Receiver<Write
                 warn!(error = %e, size = batch.len(), "batch failed; retrying one by one");
                 for op in batch.drain(..) {
                     let one = [op];
-                    let results = match commit(&mut conn, &one).await {
+                    let results = match commit(conn, &one).await {
                         Ok(r) => r,
                         Err(e) => vec![Err(e)],
                     };
@@ -65,9 +107,6 @@ pub(super) async fn run(mut conn: SqliteConnection, mut rx: mpsc::Receiver<Write
                 }
             }
         }
-    }
-    if let Err(e) = conn.close().await {
-        warn!(error = %e, "closing the write connection");
     }
 }
 
@@ -83,10 +122,7 @@ fn answer(ops: impl Iterator<Item = Write>, results: Vec<Result<Done, StoreError
                 _ => Err(StoreError::Corrupt("insert answered without a row".into())),
             }))),
             Write::Finish(_, reply) => drop(reply.send(result.map(|_| ()))),
-            Write::Purge(.., reply) => drop(reply.send(result.map(|d| match d {
-                Done::Count(n) => n,
-                _ => 0,
-            }))),
+            Write::Solo(_) => {}
             Write::Settle(id) | Write::Start(_, id) => {
                 if let Err(e) = result {
                     warn!(event = %id, error = %e, "status update failed; recovery will redo it");
@@ -179,8 +215,9 @@ async fn commit(
     let mut results = Vec::with_capacity(ops.len());
     for op in ops {
         results.push(match op {
-            Write::Settle(..) | Write::Start(..) | Write::Finish(..) => Ok(Done::Unit),
-            Write::Purge(cutoff, limit, _) => purge(conn, *cutoff, *limit).await.map(Done::Count),
+            Write::Settle(..) | Write::Start(..) | Write::Finish(..) | Write::Solo(_) => {
+                Ok(Done::Unit)
+            }
             Write::Insert(e, _) if inserted.contains(&e.id) => Ok(Done::Inserted(Inserted {
                 event: summary_of(e),
                 created: true,
@@ -232,7 +269,7 @@ fn finish(script: &mut QueryBuilder<Sqlite>, finishes: &[&Finish]) {
 }
 
 /// Deletes one batch of old terminal events; deliveries follow by cascade.
-async fn purge(
+pub(super) async fn purge(
     conn: &mut SqliteConnection,
     cutoff: Timestamp,
     limit: u32,
@@ -346,4 +383,92 @@ async fn find_keys(
         }
     }
     Ok(found)
+}
+
+/// Resets the selected dead letters to `pending` and re-derives their events.
+pub(super) async fn replay(
+    conn: &mut SqliteConnection,
+    filter: ReplayFilter,
+) -> Result<Vec<PendingDelivery>, StoreError> {
+    let mut tx = conn.begin().await?;
+    let mut qb = QueryBuilder::<Sqlite>::new(
+        "UPDATE deliveries SET status = 'pending', retry_after = NULL, updated_at = ",
+    );
+    qb.push_bind(Timestamp::now().to_rfc3339());
+    qb.push(" WHERE status = 'failed' AND event_id IN (SELECT id FROM events WHERE 1 = 1");
+    if let Some(event) = filter.event {
+        qb.push(" AND id = ").push_bind(event.to_string());
+    }
+    if let Some(t) = filter.event_type {
+        qb.push(" AND event_type = ").push_bind(t);
+    }
+    if let Some(before) = filter.before {
+        qb.push(" AND created_at < ").push_bind(before.to_rfc3339());
+    }
+    qb.push(")");
+    if let Some(h) = filter.handler {
+        qb.push(" AND handler = ").push_bind(h);
+    }
+    qb.push(" RETURNING id, event_id, handler, ordering_value");
+    let rows = qb.build().fetch_all(&mut *tx).await?;
+    let mut replayed = Vec::with_capacity(rows.len());
+    for r in &rows {
+        replayed.push(PendingDelivery {
+            delivery: rows::uuid(r, "id")?,
+            event: rows::uuid(r, "event_id")?,
+            retry_after: None,
+            handler: sqlx::Row::try_get(r, "handler")?,
+            ordering_value: sqlx::Row::try_get(r, "ordering_value")?,
+        });
+    }
+    let mut events: Vec<Uuid> = replayed.iter().map(|d| d.event).collect();
+    events.sort_unstable();
+    events.dedup();
+    for chunk in events.chunks(ROWS_PER_STATEMENT) {
+        let mut script = QueryBuilder::<Sqlite>::new("");
+        settle(&mut script, chunk);
+        script.build().persistent(false).execute(&mut *tx).await?;
+    }
+    tx.commit().await?;
+    replayed.sort_by_key(|d| d.delivery);
+    Ok(replayed)
+}
+
+/// Inserts (or, with `replace`, updates) a subscriber; false when the name is taken
+/// (insert) or unknown (update).
+pub(super) async fn save_subscriber(
+    conn: &mut SqliteConnection,
+    s: Subscriber,
+    replace: bool,
+) -> Result<bool, StoreError> {
+    let event_types =
+        serde_json::to_string(&s.event_types).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let backoff = s
+        .backoff
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let sql = if replace {
+        "UPDATE subscribers SET event_types = ?2, url = ?3, secret = ?4, ordering_key = ?5, \
+         max_attempts = ?6, backoff = ?7, active = ?8, updated_at = ?10 WHERE name = ?1"
+    } else {
+        "INSERT INTO subscribers (name, event_types, url, secret, ordering_key, max_attempts, \
+         backoff, active, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+         ON CONFLICT (name) DO NOTHING"
+    };
+    let done = sqlx::query(sql)
+        .bind(s.name)
+        .bind(event_types)
+        .bind(s.url)
+        .bind(s.secret)
+        .bind(s.ordering_key)
+        .bind(s.max_attempts.map(i64::from))
+        .bind(backoff)
+        .bind(s.active)
+        .bind(s.created_at.to_rfc3339())
+        .bind(s.updated_at.to_rfc3339())
+        .execute(&mut *conn)
+        .await?;
+    Ok(done.rows_affected() > 0)
 }

@@ -1,0 +1,215 @@
+//! `/subscribers`: http handlers registered at run time (SPEC §2/§4), stored in the
+//! database and effective at once. The secret is write-only: answers say only
+//! whether one is set.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::api::problem::Problem;
+use crate::app::AppState;
+use crate::model::{Subscriber, Timestamp};
+use crate::registry::live::SubscriberError;
+
+/// The body of `POST /subscribers`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Create {
+    name: String,
+    event_types: Vec<String>,
+    url: String,
+    secret: Option<String>,
+    ordering_key: Option<String>,
+    max_attempts: Option<u32>,
+    backoff: Option<Vec<String>>,
+    active: Option<bool>,
+}
+
+/// The body of `PATCH /subscribers/{name}`: every field optional; `null` clears
+/// the optional ones.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Patch {
+    event_types: Option<Vec<String>>,
+    url: Option<String>,
+    #[serde(default, with = "double_option")]
+    secret: Option<Option<String>>,
+    #[serde(default, with = "double_option")]
+    ordering_key: Option<Option<String>>,
+    #[serde(default, with = "double_option")]
+    max_attempts: Option<Option<u32>>,
+    #[serde(default, with = "double_option")]
+    backoff: Option<Option<Vec<String>>>,
+    active: Option<bool>,
+}
+
+/// Distinguishes an absent field (`None`) from an explicit `null` (`Some(None)`).
+mod double_option {
+    use serde::{Deserialize, Deserializer};
+
+    pub(super) fn deserialize<'de, T, D>(d: D) -> Result<Option<Option<T>>, D::Error>
+    where
+        T: Deserialize<'de>,
+        D: Deserializer<'de>,
+    {
+        Option::<T>::deserialize(d).map(Some)
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Problem> {
+    serde_json::from_slice(body)
+        .map_err(|e| Problem::invalid_body(format!("invalid subscriber: {e}")))
+}
+
+fn view(s: &Subscriber) -> serde_json::Value {
+    let mut v = serde_json::to_value(s).unwrap_or_default();
+    v["secret_set"] = json!(s.secret.as_deref().is_some_and(|x| !x.is_empty()));
+    v
+}
+
+fn rejected(e: &SubscriberError) -> Problem {
+    let code = if e.forbidden_target {
+        "forbidden_target"
+    } else {
+        "invalid_subscriber"
+    };
+    Problem::new(StatusCode::UNPROCESSABLE_ENTITY, code).detail(e.to_string())
+}
+
+fn taken(name: &str) -> Problem {
+    Problem::new(StatusCode::CONFLICT, "name_taken")
+        .detail(format!("a handler or subscriber is already named {name:?}"))
+}
+
+fn unavailable(e: impl std::fmt::Display) -> Problem {
+    Problem::unavailable(e.to_string())
+}
+
+/// Re-reads the subscribers into the live registry.
+async fn reload(app: &AppState) -> Result<(), Problem> {
+    let all = app.store.subscribers().await.map_err(unavailable)?;
+    app.registry.reload(&all).map_err(|e| Problem::internal(&e))
+}
+
+/// `POST /subscribers` → 201.
+pub async fn create(State(app): State<AppState>, body: Bytes) -> Result<Response, Problem> {
+    let c: Create = parse(&body)?;
+    let now = Timestamp::now();
+    let s = Subscriber {
+        name: c.name,
+        event_types: c.event_types,
+        url: c.url,
+        secret: c.secret,
+        ordering_key: c.ordering_key,
+        max_attempts: c.max_attempts,
+        backoff: c.backoff,
+        active: c.active.unwrap_or(true),
+        created_at: now,
+        updated_at: now,
+    };
+    app.registry.route_of(&s).map_err(|e| rejected(&e))?;
+    if app.registry.is_manifest(&s.name) {
+        return Err(taken(&s.name));
+    }
+    if !app
+        .store
+        .insert_subscriber(s.clone())
+        .await
+        .map_err(unavailable)?
+    {
+        return Err(taken(&s.name));
+    }
+    reload(&app).await?;
+    let mut res = (StatusCode::CREATED, Json(view(&s))).into_response();
+    if let Ok(loc) = http::HeaderValue::from_str(&format!("/subscribers/{}", s.name)) {
+        res.headers_mut().insert(http::header::LOCATION, loc);
+    }
+    Ok(res)
+}
+
+/// `GET /subscribers`.
+pub async fn list(State(app): State<AppState>) -> Result<Response, Problem> {
+    let all = app.store.subscribers().await.map_err(unavailable)?;
+    let items: Vec<_> = all.iter().map(view).collect();
+    Ok(Json(json!({ "items": items })).into_response())
+}
+
+async fn find(app: &AppState, name: &str) -> Result<Subscriber, Problem> {
+    let all = app.store.subscribers().await.map_err(unavailable)?;
+    all.into_iter()
+        .find(|s| s.name == name)
+        .ok_or_else(|| Problem::not_found("subscriber"))
+}
+
+/// `GET /subscribers/{name}`.
+pub async fn read(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, Problem> {
+    Ok(Json(view(&find(&app, &name).await?)).into_response())
+}
+
+/// `PATCH /subscribers/{name}`.
+pub async fn patch(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Response, Problem> {
+    let p: Patch = parse(&body)?;
+    let mut s = find(&app, &name).await?;
+    if let Some(v) = p.event_types {
+        s.event_types = v;
+    }
+    if let Some(v) = p.url {
+        s.url = v;
+    }
+    if let Some(v) = p.secret {
+        s.secret = v;
+    }
+    if let Some(v) = p.ordering_key {
+        s.ordering_key = v;
+    }
+    if let Some(v) = p.max_attempts {
+        s.max_attempts = v;
+    }
+    if let Some(v) = p.backoff {
+        s.backoff = v;
+    }
+    if let Some(v) = p.active {
+        s.active = v;
+    }
+    s.updated_at = Timestamp::now();
+    app.registry.route_of(&s).map_err(|e| rejected(&e))?;
+    if !app
+        .store
+        .update_subscriber(s.clone())
+        .await
+        .map_err(unavailable)?
+    {
+        return Err(Problem::not_found("subscriber"));
+    }
+    reload(&app).await?;
+    Ok(Json(view(&s)).into_response())
+}
+
+/// `DELETE /subscribers/{name}` → 204. Its unfinished deliveries dead-letter when
+/// their turn comes ("no handler named …"); re-create it and replay them.
+pub async fn delete(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, Problem> {
+    if !app
+        .store
+        .delete_subscriber(&name)
+        .await
+        .map_err(unavailable)?
+    {
+        return Err(Problem::not_found("subscriber"));
+    }
+    reload(&app).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}

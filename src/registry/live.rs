@@ -1,0 +1,169 @@
+//! The registry as it changes at run time: the manifests' routes (fixed at startup)
+//! plus the subscribers' (stored in the database, changed through the API).
+
+use std::sync::{Arc, RwLock};
+
+use super::kinds::http::{self, HttpTarget};
+use super::{Pattern, Registry, RegistryError, Route};
+use crate::config::parse_duration;
+use crate::model::Subscriber;
+use crate::retry::{Backoff, Policy};
+use crate::signing::Secret;
+use crate::ssrf::TargetGuard;
+
+/// Why a subscriber cannot become a route.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct SubscriberError {
+    /// The field at fault.
+    pub field: &'static str,
+    /// What is wrong.
+    pub message: String,
+    /// True when the URL names a forbidden (internal) address.
+    pub forbidden_target: bool,
+}
+
+fn invalid(field: &'static str, message: impl Into<String>) -> SubscriberError {
+    SubscriberError {
+        field,
+        message: message.into(),
+        forbidden_target: false,
+    }
+}
+
+/// The current routing table, swapped whole when subscribers change.
+pub struct LiveRegistry {
+    manifests: Vec<Route>,
+    current: RwLock<Arc<Registry>>,
+    client: reqwest::Client,
+    guard: Arc<TargetGuard>,
+    policy: Policy,
+}
+
+impl LiveRegistry {
+    /// Starts from the manifests' registry; subscribers come with [`Self::reload`].
+    pub fn new(
+        manifests: Registry,
+        client: reqwest::Client,
+        guard: Arc<TargetGuard>,
+        policy: Policy,
+    ) -> Self {
+        let routes = manifests.routes().to_vec();
+        Self {
+            manifests: routes,
+            current: RwLock::new(Arc::new(manifests)),
+            client,
+            guard,
+            policy,
+        }
+    }
+
+    /// The routing table now.
+    pub fn current(&self) -> Arc<Registry> {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// True when a manifest handler has this name.
+    pub fn is_manifest(&self, name: &str) -> bool {
+        self.manifests.iter().any(|r| r.name == name)
+    }
+
+    /// Rebuilds the table from the manifests and these subscribers. A subscriber
+    /// that no longer validates (say, `ALLOWED_TARGETS` changed) is left out, and
+    /// said so in the log.
+    pub fn reload(&self, subscribers: &[Subscriber]) -> Result<(), RegistryError> {
+        let mut routes = self.manifests.clone();
+        for s in subscribers {
+            match self.route_of(s) {
+                Ok(route) => routes.push(route),
+                Err(e) => tracing::warn!(subscriber = %s.name, error = %e, "subscriber skipped"),
+            }
+        }
+        let registry = Arc::new(Registry::new(routes)?);
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = registry;
+        Ok(())
+    }
+
+    /// Validates a subscriber and makes its route (an `http` handler).
+    pub fn route_of(&self, s: &Subscriber) -> Result<Route, SubscriberError> {
+        if s.name.is_empty()
+            || s.name.len() > 255
+            || s.name.chars().any(|c| c.is_control() || c == '/')
+        {
+            return Err(invalid(
+                "name",
+                "must be 1 to 255 characters, without '/' or control characters",
+            ));
+        }
+        if s.event_types.is_empty() {
+            return Err(invalid(
+                "event_types",
+                "list at least one event type or pattern",
+            ));
+        }
+        let patterns = s
+            .event_types
+            .iter()
+            .map(|p| Pattern::parse(p))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| invalid("event_types", e.to_string()))?;
+        let url =
+            reqwest::Url::parse(&s.url).map_err(|e| invalid("url", format!("not a URL: {e}")))?;
+        self.guard.check_url(&url).map_err(|e| SubscriberError {
+            field: "url",
+            message: e.to_string(),
+            forbidden_target: matches!(e, crate::ssrf::TargetError::Forbidden(_)),
+        })?;
+        let secrets = match s.secret.as_deref() {
+            None | Some("") => Vec::new(),
+            Some(text) => Secret::parse_list(text).map_err(|e| invalid("secret", e.to_string()))?,
+        };
+        if let Some(ptr) = &s.ordering_key {
+            if !ptr.is_empty() && !ptr.starts_with('/') {
+                return Err(invalid(
+                    "ordering_key",
+                    "must be a JSON pointer like /customer_id",
+                ));
+            }
+        }
+        let mut policy = self.policy.clone();
+        if let Some(n) = s.max_attempts {
+            if n == 0 {
+                return Err(invalid("max_attempts", "must be at least 1"));
+            }
+            policy.max_attempts = n;
+        }
+        if let Some(steps) = &s.backoff {
+            let parsed: Option<Vec<_>> = steps.iter().map(|d| parse_duration(d)).collect();
+            match parsed {
+                Some(steps) if !steps.is_empty() => policy.backoff = Backoff::Schedule(steps),
+                _ => {
+                    return Err(invalid(
+                        "backoff",
+                        "expected durations like [\"5s\", \"30s\"]",
+                    ));
+                }
+            }
+        }
+        Ok(Route {
+            name: s.name.clone(),
+            patterns,
+            ordering_key: s.ordering_key.clone().filter(|k| !k.is_empty()),
+            policy,
+            handler: http::handler(
+                self.client.clone(),
+                self.guard.clone(),
+                HttpTarget {
+                    url: url.clone(),
+                    secrets,
+                },
+            ),
+            kind: "subscriber".to_owned(),
+            target: url.to_string(),
+            active: s.active,
+        })
+    }
+}
