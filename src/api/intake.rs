@@ -275,7 +275,10 @@ pub async fn intake(
             return Err(idempotency::reused());
         }
         metrics::counter!(names::EVENTS_DUPLICATE).increment(1);
-        return Ok(accepted(StatusCode::OK, &stored));
+        let mut res = accepted(StatusCode::OK, &stored);
+        res.headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+        return Ok(res);
     }
     let label = if registry.is_routed(&stored.event_type) {
         stored.event_type.clone()

@@ -162,7 +162,7 @@ impl LiveRegistry {
                 },
             ),
             kind: "subscriber".to_owned(),
-            target: url.to_string(),
+            target: http::display_url(&url),
             active: s.active,
         })
     }

@@ -231,7 +231,7 @@ pub fn load_file(file: &Path, ctx: &Context) -> Result<Route, ManifestError> {
                 .as_ref()
                 .ok_or_else(|| err("http", "kind = \"http\" needs an [http] section".into()))?;
             let target = http_target(section, ctx).map_err(|(field, msg)| err(field, msg))?;
-            let shown = target.url.to_string();
+            let shown = http::display_url(&target.url);
             (
                 http::handler(ctx.client.clone(), ctx.guard.clone(), target),
                 shown,

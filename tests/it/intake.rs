@@ -45,6 +45,7 @@ fn a_retry_gets_200_with_the_current_status_and_a_changed_payload_422() {
     });
     let again = hb.post(&order(1), &[("Idempotency-Key", "same")]);
     assert_eq!(again.status, 200, "{}", again.text);
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
     assert_eq!(again.json()["id"], first["id"]);
     assert_eq!(again.json()["status"], "completed");
 

@@ -50,6 +50,14 @@ pub fn handler(client: Client, guard: Arc<TargetGuard>, target: HttpTarget) -> B
     })
 }
 
+/// A URL as it may be shown (routing table, logs): without user name or password.
+pub fn display_url(url: &Url) -> String {
+    let mut shown = url.clone();
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.to_string()
+}
+
 /// The JSON body of a delivery (the payload is already canonical JSON text).
 pub fn body(event: &Event) -> String {
     let event_type = serde_json::Value::String(event.event_type.clone());
