@@ -5,9 +5,8 @@ use std::sync::{Arc, RwLock};
 
 use super::kinds::http::{self, HttpTarget};
 use super::{Pattern, Registry, RegistryError, Route};
-use crate::config::parse_duration;
 use crate::model::Subscriber;
-use crate::retry::{Backoff, Policy};
+use crate::retry::Policy;
 use crate::signing::Secret;
 use crate::ssrf::TargetGuard;
 
@@ -121,33 +120,9 @@ impl LiveRegistry {
             None | Some("") => Vec::new(),
             Some(text) => Secret::parse_list(text).map_err(|e| invalid("secret", e.to_string()))?,
         };
-        if let Some(ptr) = &s.ordering_key {
-            if !ptr.is_empty() && !ptr.starts_with('/') {
-                return Err(invalid(
-                    "ordering_key",
-                    "must be a JSON pointer like /customer_id",
-                ));
-            }
-        }
-        let mut policy = self.policy.clone();
-        if let Some(n) = s.max_attempts {
-            if n == 0 {
-                return Err(invalid("max_attempts", "must be at least 1"));
-            }
-            policy.max_attempts = n;
-        }
-        if let Some(steps) = &s.backoff {
-            let parsed: Option<Vec<_>> = steps.iter().map(|d| parse_duration(d)).collect();
-            match parsed {
-                Some(steps) if !steps.is_empty() => policy.backoff = Backoff::Schedule(steps),
-                _ => {
-                    return Err(invalid(
-                        "backoff",
-                        "expected durations like [\"5s\", \"30s\"]",
-                    ));
-                }
-            }
-        }
+        super::check_ordering_key(s.ordering_key.as_deref()).map_err(|(f, m)| invalid(f, m))?;
+        let policy = super::overrides(&self.policy, s.max_attempts, s.backoff.as_deref())
+            .map_err(|(f, m)| invalid(f, m))?;
         Ok(Route {
             name: s.name.clone(),
             patterns,

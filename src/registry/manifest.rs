@@ -30,7 +30,7 @@ use serde::Deserialize;
 use super::kinds::{exec, http, log};
 use super::{Pattern, Registry, Route};
 use crate::config::parse_duration;
-use crate::retry::{Backoff, Policy};
+use crate::retry::Policy;
 use crate::signing::Secret;
 use crate::ssrf::TargetGuard;
 
@@ -205,14 +205,7 @@ pub fn load_file(file: &Path, ctx: &Context) -> Result<Route, ManifestError> {
         .ordering_key
         .clone()
         .or_else(|| m.http.as_ref().and_then(|h| h.ordering_key.clone()));
-    if let Some(ptr) = &ordering_key {
-        if !(ptr.is_empty() || ptr.starts_with('/')) {
-            return Err(err(
-                "ordering_key",
-                format!("{ptr:?} is not a JSON pointer (like /customer_id)"),
-            ));
-        }
-    }
+    super::check_ordering_key(ordering_key.as_deref()).map_err(|(f, m)| err(f, m))?;
     let (handler, target) = match m.kind.as_str() {
         "log" => (log::handler(&name), "log".to_owned()),
         "exec" => {
@@ -257,25 +250,7 @@ pub fn load_file(file: &Path, ctx: &Context) -> Result<Route, ManifestError> {
 }
 
 fn policy(m: &Manifest, defaults: &Policy) -> Result<Policy, (&'static str, String)> {
-    let mut p = defaults.clone();
-    if let Some(n) = m.max_attempts {
-        if n == 0 {
-            return Err(("max_attempts", "must be at least 1".into()));
-        }
-        p.max_attempts = n;
-    }
-    if let Some(steps) = &m.backoff {
-        let parsed: Option<Vec<_>> = steps.iter().map(|s| parse_duration(s)).collect();
-        match parsed {
-            Some(steps) if !steps.is_empty() => p.backoff = Backoff::Schedule(steps),
-            _ => {
-                return Err((
-                    "backoff",
-                    "expected a list of durations like [\"5s\", \"30s\"]".into(),
-                ));
-            }
-        }
-    }
+    let mut p = super::overrides(defaults, m.max_attempts, m.backoff.as_deref())?;
     if let Some(t) = &m.timeout {
         match parse_duration(t) {
             Some(d) if !d.is_zero() => p.timeout = d,

@@ -228,6 +228,49 @@ impl RegistryBuilder {
     }
 }
 
+/// Applies a handler's `max_attempts` and `backoff` overrides to `defaults`; an
+/// error names the field.
+pub(crate) fn overrides(
+    defaults: &Policy,
+    max_attempts: Option<u32>,
+    backoff: Option<&[String]>,
+) -> Result<Policy, (&'static str, String)> {
+    let mut p = defaults.clone();
+    if let Some(n) = max_attempts {
+        if n == 0 {
+            return Err(("max_attempts", "must be at least 1".into()));
+        }
+        p.max_attempts = n;
+    }
+    if let Some(steps) = backoff {
+        let parsed: Option<Vec<_>> = steps
+            .iter()
+            .map(|d| crate::config::parse_duration(d))
+            .collect();
+        match parsed {
+            Some(steps) if !steps.is_empty() => p.backoff = Backoff::Schedule(steps),
+            _ => {
+                return Err((
+                    "backoff",
+                    "expected durations like [\"5s\", \"30s\"]".into(),
+                ));
+            }
+        }
+    }
+    Ok(p)
+}
+
+/// An ordering key must be a JSON pointer (`/customer_id`).
+pub(crate) fn check_ordering_key(key: Option<&str>) -> Result<(), (&'static str, String)> {
+    match key {
+        Some(k) if !k.is_empty() && !k.starts_with('/') => Err((
+            "ordering_key",
+            format!("{k:?} is not a JSON pointer (like /customer_id)"),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The text form of an ordering key value: strings as they are, others as JSON.
 fn ordering_text(v: &Value) -> String {
     match v {
