@@ -143,6 +143,7 @@ pub fn policy(config: &Config) -> Policy {
             max: config.retry_max_delay,
         },
         timeout: config.handler_timeout,
+        max_delay: config.retry_max_delay,
     }
 }
 

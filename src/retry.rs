@@ -71,6 +71,9 @@ pub struct Policy {
     pub backoff: Backoff,
     /// One attempt's limit.
     pub timeout: Duration,
+    /// The longest wait a handler's `Retry-After` can impose (`RETRY_MAX_DELAY`, or
+    /// the backoff's own longest step if that is longer).
+    pub max_delay: Duration,
 }
 
 /// Why an attempt failed, as far as the policy cares.
@@ -124,7 +127,7 @@ impl Policy {
             return Decision::DeadLetter;
         }
         let after = match failure.retry_after {
-            Some(asked) => asked.min(self.backoff.max_delay()),
+            Some(asked) => asked.min(self.max_delay.max(self.backoff.max_delay())),
             None => spread(self.backoff.delay(attempts), jitter),
         };
         Decision::Retry { after }
@@ -157,6 +160,7 @@ mod tests {
             max_attempts,
             backoff,
             timeout: Duration::from_secs(1),
+            max_delay: Duration::from_secs(60),
         }
     }
 
@@ -217,6 +221,16 @@ mod tests {
 
     #[test]
     fn retry_after_is_honoured_but_capped() {
+        let schedule = policy(5, Backoff::Schedule(vec![Duration::from_millis(50)]));
+        let mut f = Failure::retryable("429");
+        f.retry_after = Some(Duration::from_secs(2));
+        assert_eq!(
+            schedule.decide(1, &f, 0.0),
+            Decision::Retry {
+                after: Duration::from_secs(2)
+            },
+            "a short schedule does not cut Retry-After down"
+        );
         let p = policy(5, exp(1, 60));
         let mut f = Failure::retryable("429");
         f.retry_after = Some(Duration::from_secs(7));

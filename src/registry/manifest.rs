@@ -266,9 +266,18 @@ fn http_target(
 ) -> Result<http::HttpTarget, (&'static str, String)> {
     let url = reqwest::Url::parse(&section.url)
         .map_err(|e| ("http.url", format!("{:?}: {e}", section.url)))?;
-    ctx.guard
-        .check_url(&url)
-        .map_err(|e| ("http.url", e.to_string()))?;
+    match ctx.guard.check_url(&url) {
+        // A wrong scheme can never work: refuse it now.
+        Err(e @ (crate::ssrf::TargetError::Scheme | crate::ssrf::TargetError::NoHost)) => {
+            return Err(("http.url", e.to_string()));
+        }
+        // An internal address is refused at delivery time (deliveries fail and
+        // show why), so ALLOWED_TARGETS can be fixed without touching the manifest.
+        Err(e) => {
+            tracing::warn!(url = %http::display_url(&url), error = %e, "http handler target is refused")
+        }
+        Ok(()) => {}
+    }
     let secrets = match &section.secret_env {
         None => Vec::new(),
         Some(var) => {

@@ -167,6 +167,7 @@ pub fn default_policy() -> Policy {
             max: Duration::from_secs(300),
         },
         timeout: Duration::from_secs(30),
+        max_delay: Duration::from_secs(300),
     }
 }
 

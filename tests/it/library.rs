@@ -44,6 +44,7 @@ async fn a_panicking_handler_costs_attempts_never_workers() {
         max_attempts: 2,
         backoff: Backoff::Schedule(vec![Duration::from_millis(10)]),
         timeout: Duration::from_secs(5),
+        max_delay: Duration::from_secs(60),
     };
     let registry = Registry::builder()
         .policy(fast)
