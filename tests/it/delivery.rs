@@ -740,10 +740,6 @@ fn dead_letters_are_listed_with_their_event_and_paginated() {
         assert_eq!(item["handler"], handler, "{item}");
         assert_eq!(event["event_type"], event_type, "{item}");
         assert_eq!(event["status"], "failed", "{item}");
-        assert!(
-            event.get("payload").is_some(),
-            "the event has its payload: {item}"
-        );
         assert_eq!(item["attempts"], 1, "{item}");
         assert!(last_error(item).starts_with("HTTP 400"), "{item}");
         assert!(seen.insert(id), "listed twice: {item}");
