@@ -2,7 +2,7 @@
 //!
 //! Run with: cargo run --release --example loadgen -- ingest --url http://127.0.0.1:8000 --duration 10s --connections 64
 //!
-//! Two modes:
+//! Three modes:
 //!
 //! - `ingest` posts webhooks for a fixed time and reports throughput, latency
 //!   percentiles and non-2xx statuses. Every connection is one task with its own
@@ -10,6 +10,14 @@
 //! - `e2e` posts a fixed number of events (retrying 429/503 answers with the same
 //!   idempotency key), then polls `GET /metrics` until the gauge
 //!   `hookbox_events_pending` is 0 and reports end-to-end events per second.
+//! - `deliver` measures HTTP delivery: it starts a fast built-in receiver on
+//!   127.0.0.1 (answers 200, counts each (subscriber, `webhook-id`) once), registers
+//!   three subscribers through `POST /subscribers` (`bench-sub-1` and `bench-sub-2`
+//!   take `bench.deliver.*`, `bench-sub-3` only `bench.deliver.three`), posts N
+//!   events alternating `bench.deliver.two` and `bench.deliver.three` (fan-out 2.5 on
+//!   average), waits until the receiver has every delivery, reports deliveries per
+//!   second end to end, and deletes its subscribers. hookbox must let http handlers
+//!   reach loopback: run it with `ALLOWED_TARGETS=127.0.0.0/8`.
 //!
 //! Every request carries a unique `Idempotency-Key` (`<run id>-<sequence>`), so every
 //! accepted request creates a new event. The progress line goes to stderr, the
@@ -20,6 +28,8 @@
 //! ```text
 //! cargo run --release --example loadgen -- ingest --connections 16 --payload-bytes 4096
 //! cargo run --release --example loadgen -- e2e --events 50000 --timeout 5m
+//! ALLOWED_TARGETS=127.0.0.0/8 cargo run --release   # then, elsewhere:
+//! cargo run --release --example loadgen -- deliver --events 20000
 //! ```
 
 use std::collections::BTreeMap;
@@ -35,7 +45,7 @@ use bytes::Bytes;
 use clap::{Args, Parser, Subcommand};
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::{self, SendRequest};
-use hyper::header::{CONTENT_TYPE, HOST, HeaderValue, RETRY_AFTER};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST, HeaderValue, RETRY_AFTER};
 use hyper::{Method, Request, Response, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -76,6 +86,9 @@ enum Command {
     Ingest(IngestArgs),
     /// Post N events, then wait until hookbox has processed all of them.
     E2e(E2eArgs),
+    /// Register 3 subscribers on a built-in receiver, post N events, and wait
+    /// until every delivery (2.5 per event) has arrived.
+    Deliver(DeliverArgs),
 }
 
 /// Options shared by both modes.
@@ -121,12 +134,29 @@ struct E2eArgs {
     timeout: Duration,
 }
 
+/// Options of `deliver`.
+#[derive(Args, Debug)]
+struct DeliverArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Number of events to post (half `bench.deliver.two`, half `bench.deliver.three`).
+    #[arg(long, default_value_t = 20_000)]
+    events: u64,
+    /// Give up (exit 1) when posting and delivering take longer than this.
+    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    /// Bearer token for the admin routes, when hookbox has `ADMIN_TOKEN` set.
+    #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Ingest(args) => run_ingest(args).await,
         Command::E2e(args) => run_e2e(args).await,
+        Command::Deliver(args) => run_deliver(args).await,
     };
     match outcome {
         Ok(code) => code,
@@ -279,8 +309,9 @@ struct Shared {
     target: Arc<Target>,
     /// Request path of the intake endpoint.
     path: String,
-    /// The request body: the same event for every request, only keys differ.
-    body: Bytes,
+    /// Request bodies: event `seq` gets `bodies[seq % len]` (only keys differ
+    /// between events with the same body).
+    bodies: Vec<Bytes>,
     /// Prefix of every idempotency key of this run.
     run_id: String,
     budget: Budget,
@@ -433,17 +464,23 @@ async fn connection_task(shared: Arc<Shared>) -> Stats {
     let mut stats = Stats::default();
     while let Some(seq) = shared.budget.claim() {
         let key = format!("{}-{seq}", shared.run_id);
-        post_until_done(&shared, &mut conn, &key, &mut stats).await;
+        post_until_done(&shared, &mut conn, seq, &key, &mut stats).await;
     }
     stats.connections_opened = conn.opened;
     stats
 }
 
 /// Posts one event; in `e2e` mode retries rejections and errors with the same key.
-async fn post_until_done(shared: &Shared, conn: &mut Connection, key: &str, stats: &mut Stats) {
+async fn post_until_done(
+    shared: &Shared,
+    conn: &mut Connection,
+    seq: u64,
+    key: &str,
+    stats: &mut Stats,
+) {
     let retry = shared.retry_rejected;
     loop {
-        let wait = match post_once(shared, conn, key, stats).await {
+        let wait = match post_once(shared, conn, seq, key, stats).await {
             Attempt::Answered {
                 retry_after: Some(wait),
             } if retry => wait,
@@ -467,10 +504,11 @@ async fn post_until_done(shared: &Shared, conn: &mut Connection, key: &str, stat
 async fn post_once(
     shared: &Shared,
     conn: &mut Connection,
+    seq: u64,
     key: &str,
     stats: &mut Stats,
 ) -> Attempt {
-    let request = match intake_request(shared, key) {
+    let request = match intake_request(shared, seq, key) {
         Ok(request) => request,
         Err(err) => {
             stats.record_error(&err);
@@ -499,15 +537,21 @@ async fn post_once(
     }
 }
 
-/// Builds the intake request for one idempotency key.
-fn intake_request(shared: &Shared, key: &str) -> Result<Request<Full<Bytes>>, BoxError> {
+/// Builds the intake request of event `seq` with its idempotency key.
+fn intake_request(shared: &Shared, seq: u64, key: &str) -> Result<Request<Full<Bytes>>, BoxError> {
+    let index = usize::try_from(seq).unwrap_or(0) % shared.bodies.len().max(1);
+    let body = shared
+        .bodies
+        .get(index)
+        .cloned()
+        .ok_or("no request body to send")?;
     Ok(Request::builder()
         .method(Method::POST)
         .uri(shared.path.as_str())
         .header(HOST, shared.target.host.clone())
         .header(CONTENT_TYPE, "application/json")
         .header("Idempotency-Key", key)
-        .body(Full::new(shared.body.clone()))?)
+        .body(Full::new(body))?)
 }
 
 /// How long to wait before retrying this response, if it is worth retrying
@@ -582,7 +626,11 @@ async fn run_ingest(args: IngestArgs) -> Result<ExitCode, BoxError> {
     let started = Instant::now();
     let shared = Arc::new(Shared {
         path: target.path("/webhooks"),
-        body: event_body(&args.event_type, &run_id, args.common.payload_bytes)?,
+        bodies: vec![event_body(
+            &args.event_type,
+            &run_id,
+            args.common.payload_bytes,
+        )?],
         target,
         run_id,
         budget: Budget::Until {
@@ -647,7 +695,11 @@ async fn run_e2e(args: E2eArgs) -> Result<ExitCode, BoxError> {
     let deadline = started + args.timeout;
     let shared = Arc::new(Shared {
         path: target.path("/webhooks"),
-        body: event_body(&args.event_type, &run_id, args.common.payload_bytes)?,
+        bodies: vec![event_body(
+            &args.event_type,
+            &run_id,
+            args.common.payload_bytes,
+        )?],
         target: Arc::clone(&target),
         run_id,
         budget: Budget::Count {
@@ -797,6 +849,353 @@ fn metric_missing() -> ExitCode {
 }
 
 // ---------------------------------------------------------------------------
+// deliver
+// ---------------------------------------------------------------------------
+
+/// The event types `deliver` posts, alternately: `two` reaches 2 subscribers,
+/// `three` reaches 3.
+const DELIVER_TYPES: [(&str, u64); 2] = [("bench.deliver.two", 2), ("bench.deliver.three", 3)];
+/// The subscribers `deliver` registers: name and event type patterns.
+const BENCH_SUBSCRIBERS: [(&str, &[&str]); 3] = [
+    ("bench-sub-1", &["bench.deliver.*"]),
+    ("bench-sub-2", &["bench.deliver.*"]),
+    ("bench-sub-3", &["bench.deliver.three"]),
+];
+/// How often `deliver` checks the receiver's count while waiting.
+const DELIVERY_POLL: Duration = Duration::from_millis(50);
+
+/// What the built-in receiver has seen.
+#[derive(Default)]
+struct Tally {
+    /// Requests received, duplicates included.
+    requests: AtomicU64,
+    /// Distinct (subscriber path, `webhook-id`) pairs received.
+    unique: AtomicU64,
+    inner: std::sync::Mutex<TallyInner>,
+}
+
+#[derive(Default)]
+struct TallyInner {
+    /// `"<path> <webhook-id>"` of every delivery received.
+    seen: std::collections::HashSet<String>,
+    /// Distinct deliveries per request path (one path per subscriber).
+    per_path: BTreeMap<String, u64>,
+    /// When the latest new delivery arrived.
+    last_new: Option<Instant>,
+}
+
+impl Tally {
+    fn lock(&self) -> std::sync::MutexGuard<'_, TallyInner> {
+        // A panic while holding the lock cannot leave the counters inconsistent.
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The receiver's only handler: count, answer 200 with an empty body.
+async fn receive(
+    axum::extract::State(tally): axum::extract::State<Arc<Tally>>,
+    uri: Uri,
+    headers: hyper::HeaderMap,
+    // Read the body whole so the keep-alive connection can be reused.
+    _body: Bytes,
+) -> StatusCode {
+    tally.requests.fetch_add(1, Ordering::Relaxed);
+    let Some(id) = headers.get("webhook-id").and_then(|v| v.to_str().ok()) else {
+        return StatusCode::BAD_REQUEST;
+    };
+    let mut inner = tally.lock();
+    if inner.seen.insert(format!("{} {id}", uri.path())) {
+        *inner.per_path.entry(uri.path().to_owned()).or_default() += 1;
+        inner.last_new = Some(Instant::now());
+        tally.unique.fetch_add(1, Ordering::Relaxed);
+    }
+    StatusCode::OK
+}
+
+/// Starts the receiver on `127.0.0.1:0` (TCP_NODELAY, HTTP/1.1 keep-alive).
+async fn start_receiver(tally: Arc<Tally>) -> Result<SocketAddr, BoxError> {
+    use axum::serve::ListenerExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| format!("cannot start the receiver on 127.0.0.1: {e}"))?;
+    let addr = listener.local_addr()?;
+    let listener = listener.tap_io(|tcp| {
+        // Only latency suffers without it.
+        let _ = tcp.set_nodelay(true);
+    });
+    let app = axum::Router::new().fallback(receive).with_state(tally);
+    tokio::spawn(async move {
+        if let Err(err) = axum::serve(listener, app).await {
+            eprintln!("loadgen: the receiver stopped: {err}");
+        }
+    });
+    Ok(addr)
+}
+
+/// Talks to the subscribers API.
+struct Admin {
+    target: Arc<Target>,
+    conn: Connection,
+    /// `Bearer <token>`, when one was given.
+    authorization: Option<HeaderValue>,
+}
+
+impl Admin {
+    /// Sends one admin request; returns the status and the body as text.
+    async fn send(
+        &mut self,
+        method: Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<(StatusCode, String), BoxError> {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(self.target.path(path))
+            .header(HOST, self.target.host.clone());
+        if let Some(auth) = &self.authorization {
+            req = req.header(AUTHORIZATION, auth.clone());
+        }
+        let body = match body {
+            Some(json) => {
+                req = req.header(CONTENT_TYPE, "application/json");
+                Bytes::from(serde_json::to_vec(json)?)
+            }
+            None => Bytes::new(),
+        };
+        let response = self.conn.send(req.body(Full::new(body))?).await?;
+        let text = String::from_utf8_lossy(response.body()).into_owned();
+        Ok((response.status(), text))
+    }
+
+    /// Creates one subscriber; a clear error unless hookbox answers 201.
+    async fn create(&mut self, name: &str, patterns: &[&str], url: &str) -> Result<(), BoxError> {
+        let body = serde_json::json!({"name": name, "event_types": patterns, "url": url});
+        let (status, text) = self
+            .send(Method::POST, "/subscribers", Some(&body))
+            .await
+            .map_err(|e| format!("POST /subscribers ({name}) failed: {e}"))?;
+        if status == StatusCode::CREATED {
+            return Ok(());
+        }
+        let hint = match status {
+            StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED => {
+                " (this hookbox has no subscribers API)"
+            }
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                " (pass --admin-token or set ADMIN_TOKEN)"
+            }
+            StatusCode::UNPROCESSABLE_ENTITY => {
+                " (is hookbox running with ALLOWED_TARGETS=127.0.0.0/8?)"
+            }
+            _ => "",
+        };
+        Err(format!(
+            "creating subscriber {name} failed: POST /subscribers answered {status}{hint}: {}",
+            text.trim()
+        )
+        .into())
+    }
+
+    /// Deletes one subscriber; a missing one is fine.
+    async fn delete(&mut self, name: &str) -> Result<(), BoxError> {
+        let (status, text) = self
+            .send(Method::DELETE, &format!("/subscribers/{name}"), None)
+            .await?;
+        if status.is_success() || status == StatusCode::NOT_FOUND {
+            Ok(())
+        } else {
+            Err(format!(
+                "DELETE /subscribers/{name} answered {status}: {}",
+                text.trim()
+            )
+            .into())
+        }
+    }
+
+    /// Deletes every bench subscriber, warning about failures.
+    async fn delete_all(&mut self) {
+        for (name, _) in BENCH_SUBSCRIBERS {
+            if let Err(err) = self.delete(name).await {
+                eprintln!("loadgen: warning: could not delete subscriber {name}: {err}");
+            }
+        }
+    }
+}
+
+/// Deliveries that `events` events fan out to: even ones reach 2 subscribers,
+/// odd ones 3.
+fn expected_deliveries(events: u64) -> u64 {
+    let [(_, even), (_, odd)] = DELIVER_TYPES;
+    events.div_ceil(2) * even + events / 2 * odd
+}
+
+/// `deliver`: subscribers on a built-in receiver, N events, deliveries per second.
+async fn run_deliver(args: DeliverArgs) -> Result<ExitCode, BoxError> {
+    let target = Arc::new(Target::resolve(&args.common.url).await?);
+    check_reachable(&target).await?;
+    let tally = Arc::new(Tally::default());
+    let receiver = start_receiver(Arc::clone(&tally)).await?;
+    let authorization = args
+        .admin_token
+        .as_deref()
+        .map(|t| HeaderValue::from_str(&format!("Bearer {t}")))
+        .transpose()
+        .map_err(|_| "--admin-token is not a valid header value")?;
+    let mut admin = Admin {
+        target: Arc::clone(&target),
+        conn: Connection::new(Arc::clone(&target)),
+        authorization,
+    };
+    // Leftovers of an interrupted run would take the names.
+    admin.delete_all().await;
+    for (name, patterns) in BENCH_SUBSCRIBERS {
+        let url = format!("http://{receiver}/{name}");
+        if let Err(err) = admin.create(name, patterns, &url).await {
+            eprintln!("loadgen: {err}");
+            admin.delete_all().await;
+            return Ok(ExitCode::FAILURE);
+        }
+    }
+    let outcome = deliver_events(&args, &target, &tally).await;
+    admin.delete_all().await;
+    outcome
+}
+
+/// Posts the events and waits for the deliveries (the subscribers exist).
+async fn deliver_events(
+    args: &DeliverArgs,
+    target: &Arc<Target>,
+    tally: &Tally,
+) -> Result<ExitCode, BoxError> {
+    let run_id = uuid::Uuid::now_v7().to_string();
+    let bodies = DELIVER_TYPES
+        .iter()
+        .map(|(event_type, _)| event_body(event_type, &run_id, args.common.payload_bytes))
+        .collect::<Result<Vec<_>, _>>()?;
+    let started = Instant::now();
+    let deadline = started + args.timeout;
+    let shared = Arc::new(Shared {
+        path: target.path("/webhooks"),
+        bodies,
+        target: Arc::clone(target),
+        run_id,
+        budget: Budget::Count {
+            total: args.events,
+            deadline,
+            next: AtomicU64::new(0),
+        },
+        retry_rejected: true,
+        responses: AtomicU64::new(0),
+        accepted: AtomicU64::new(0),
+    });
+    let bar = progress_bar(
+        args.events,
+        "{spinner} deliver post [{bar:30}] {pos}/{len} accepted  {msg}",
+    );
+    let progress = spawn_progress(bar.clone(), Arc::clone(&shared), started, |shared, _| {
+        shared.accepted.load(Ordering::Relaxed)
+    });
+    let stats = post_events(Arc::clone(&shared), args.common.connections).await;
+    progress.abort();
+    bar.finish_and_clear();
+    let stats = stats?;
+    let posting = started.elapsed();
+    let accepted = stats.accepted();
+    let expected = expected_deliveries(args.events);
+
+    let complete = wait_for_deliveries(tally, expected, deadline, started).await;
+    let (per_path, last_new) = {
+        let inner = tally.lock();
+        (inner.per_path.clone(), inner.last_new)
+    };
+    let delivered = tally.unique.load(Ordering::Relaxed);
+    let requests = tally.requests.load(Ordering::Relaxed);
+    let to_last = last_new.map(|t| t.saturating_duration_since(started));
+    print_table(&[
+        ("mode", "deliver".to_owned()),
+        ("conns", args.common.connections.to_string()),
+        ("events", accepted.to_string()),
+        ("deliveries", format!("{delivered}/{expected}")),
+        (
+            "first post to last delivery",
+            to_last.map_or("-".to_owned(), |d| format!("{:.1}s", d.as_secs_f64())),
+        ),
+        (
+            "deliveries/s e2e",
+            to_last.map_or("-".to_owned(), |d| {
+                format!("{:.1}", per_second(delivered, d))
+            }),
+        ),
+        (
+            "intake req/s",
+            format!("{:.1}", per_second(accepted, posting)),
+        ),
+        ("non-2xx", non_2xx_total(&stats)),
+    ]);
+    let by_subscriber: Vec<String> = per_path
+        .iter()
+        .map(|(path, n)| format!("{}: {n}", path.trim_start_matches('/')))
+        .collect();
+    println!("deliveries by subscriber: {}", by_subscriber.join(", "));
+    println!(
+        "duplicate deliveries: {}",
+        requests.saturating_sub(delivered)
+    );
+    print_details(&stats);
+    if accepted < args.events {
+        println!(
+            "only {accepted} of {} events were accepted before the timeout",
+            args.events
+        );
+    }
+    if !complete {
+        println!(
+            "only {delivered} of {expected} deliveries arrived within --timeout {}",
+            humantime::format_duration(args.timeout)
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(exit_code(&stats))
+}
+
+/// Waits until the receiver has `expected` distinct deliveries; false at the deadline.
+async fn wait_for_deliveries(
+    tally: &Tally,
+    expected: u64,
+    deadline: Instant,
+    started: Instant,
+) -> bool {
+    let bar = progress_bar(
+        expected,
+        "{spinner} deliver wait [{bar:30}] {pos}/{len} deliveries  {msg}",
+    );
+    let mut ticker = tokio::time::interval(DELIVERY_POLL);
+    let (mut last_count, mut last_at) = (0_u64, Instant::now());
+    let complete = loop {
+        ticker.tick().await;
+        let count = tally.unique.load(Ordering::Relaxed);
+        if count >= expected {
+            break true;
+        }
+        if Instant::now() >= deadline {
+            break false;
+        }
+        let now = Instant::now();
+        let rate = (count - last_count) as f64 / now.duration_since(last_at).as_secs_f64();
+        (last_count, last_at) = (count, now);
+        bar.set_position(count);
+        bar.set_message(format!(
+            "{:>5.1}s  {rate:.0} deliveries/s",
+            started.elapsed().as_secs_f64()
+        ));
+    };
+    bar.finish_and_clear();
+    complete
+}
+
+// ---------------------------------------------------------------------------
 // Reporting
 // ---------------------------------------------------------------------------
 
@@ -943,6 +1342,14 @@ mod tests {
         assert_eq!(format_micros(Some(40_000)), "40.0ms");
         assert_eq!(format_micros(Some(1_200_000)), "1.20s");
         assert_eq!(format_micros(None), "-");
+    }
+
+    #[test]
+    fn fan_out_is_two_and_a_half_on_average() {
+        assert_eq!(expected_deliveries(20_000), 50_000);
+        assert_eq!(expected_deliveries(1), 2);
+        assert_eq!(expected_deliveries(3), 7);
+        assert_eq!(expected_deliveries(0), 0);
     }
 
     #[test]

@@ -6,13 +6,16 @@
 #   scripts/bench.sh                                   # ingest --duration 10s --connections 64
 #   scripts/bench.sh ingest --duration 30s --connections 16
 #   scripts/bench.sh e2e --events 50000
+#   scripts/bench.sh deliver --events 20000             # HTTP delivery, fan-out 2.5
 #   SQLITE_SYNCHRONOUS=normal WORKER_COUNT=32 scripts/bench.sh
 #
 # Arguments go to target/release/examples/loadgen (see `loadgen --help`); the
 # script adds --url itself. hookbox runs on 127.0.0.1:$BENCH_PORT (default: a
 # free port) with a fresh SQLite database and an empty handlers directory in a
 # temporary directory that is removed afterwards (with one no-op `log` handler
-# for `bench.e2e` events). Every other hookbox setting
+# for `bench.e2e` events). In `deliver` mode hookbox also gets
+# ALLOWED_TARGETS=127.0.0.0/8 (unless set), so that the subscribers loadgen registers
+# may reach its built-in receiver on 127.0.0.1. Every other hookbox setting
 # passes through from the environment (note that DATABASE_URL, if set, wins over
 # the temporary DB_PATH). LOG_LEVEL defaults to warn; hookbox's log goes to
 # stderr only if something fails.
@@ -77,6 +80,15 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+if [[ $# -eq 0 ]]; then
+    set -- ingest --duration 10s --connections 64
+fi
+# `deliver` delivers over HTTP to loadgen's receiver on 127.0.0.1, which the SSRF
+# guard refuses unless ALLOWED_TARGETS opens loopback.
+if [[ "$1" == deliver ]]; then
+    export ALLOWED_TARGETS="${ALLOWED_TARGETS:-127.0.0.0/8}"
+fi
+
 echo "bench.sh: starting hookbox on $url (data in $workdir)" >&2
 DB_PATH="$workdir/events.db" \
     BIND_ADDR="127.0.0.1:${port}" \
@@ -103,9 +115,6 @@ if [[ -z "$ready" ]]; then
     exit 1
 fi
 
-if [[ $# -eq 0 ]]; then
-    set -- ingest --duration 10s --connections 64
-fi
 # Put --url right after the subcommand unless the caller gave one.
 has_url=""
 for arg in "$@"; do

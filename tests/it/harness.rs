@@ -180,6 +180,29 @@ impl Hookbox {
     }
 }
 
+impl Hookbox {
+    /// Sends any method to `path` with an optional JSON body and headers.
+    pub fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        headers: &[(&str, &str)],
+    ) -> Reply {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut req = client().request(method, format!("{}{path}", self.url));
+        if let Some(body) = body {
+            req = req
+                .header("content-type", "application/json")
+                .body(body.to_string());
+        }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        request(req.send()).expect("request")
+    }
+}
+
 impl Drop for Hookbox {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -296,4 +319,23 @@ pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     }
     std::fs::write(&path, text).expect("write");
     path
+}
+
+/// Writes a `kind = "http"` manifest: `extra` goes at the top level, `http_extra`
+/// into the `[http]` section.
+pub fn http_manifest(
+    dir: &Path,
+    name: &str,
+    event_types: &str,
+    url: &str,
+    extra: &str,
+    http_extra: &str,
+) {
+    write(
+        dir,
+        &format!("handlers/{name}.toml"),
+        &format!(
+            "event_types = {event_types}\nkind = \"http\"\n{extra}\n[http]\nurl = \"{url}\"\n{http_extra}\n"
+        ),
+    );
 }

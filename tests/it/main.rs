@@ -5,10 +5,12 @@
 #![allow(unreachable_pub, clippy::unwrap_used)]
 
 mod config;
+mod delivery;
 mod durability;
 mod harness;
 mod intake;
 mod layers;
 mod library;
 mod processing;
+mod receiver;
 mod status;
