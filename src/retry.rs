@@ -9,6 +9,7 @@
 //!     max_attempts: 3,
 //!     backoff: Backoff::Exponential { base: Duration::from_secs(5), max: Duration::from_secs(300) },
 //!     timeout: Duration::from_secs(30),
+//!     max_delay: Duration::from_secs(300),
 //! };
 //! // The first failure waits about 5 s (±20%), the second about 10 s, the third gives up.
 //! let Decision::Retry { after } = policy.decide(1, &Failure::retryable("boom"), 0.0) else { panic!() };
