@@ -87,7 +87,7 @@ impl<T> Queue<T> {
         }
     }
 
-    /// Waits for the next job; `None` once the queue is closed and empty... or closed.
+    /// Waits for the next job; `None` once the queue is closed (shutdown).
     pub async fn take(self: &Arc<Self>) -> Option<Lease<T>> {
         loop {
             let notified = self.ready.notified();
