@@ -1,0 +1,336 @@
+//! The PostgreSQL store: a connection pool on a database that several instances
+//! share.
+//!
+//! Every write is one statement (one round trip, one commit): intake inserts the
+//! event and its deliveries in one `WITH … INSERT` whose `ON CONFLICT
+//! (idempotency_key) DO NOTHING` settles duplicate keys atomically across
+//! instances, and an attempt's outcome is recorded by the `hookbox_finish` function
+//! of the migration (which locks the event, so that outcomes recorded at once on
+//! two instances settle it correctly). PostgreSQL groups the WAL flushes of
+//! concurrent commits by itself, so there is no writer task here.
+//!
+//! The claim side ([`ClaimStore`](super::ClaimStore)) is in `claim.rs`; the
+//! `LISTEN` connection in `listen.rs`.
+
+mod claim;
+mod listen;
+mod rows;
+
+use std::str::FromStr;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{Postgres, QueryBuilder, Row};
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+use super::{
+    EventSummary, Inserted, ListQuery, Page, PendingDelivery, Stats, Store, StoreError, Unfinished,
+};
+use crate::model::{DeliveryTask, EventView, Finish, NewEvent, Status, Timestamp};
+use rows::{EVENT_COLUMNS, SUMMARY_COLUMNS, TASK_COLUMNS};
+
+/// Connections per instance unless the caller says otherwise.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
+
+/// How long a request waits for a pooled connection before it fails (503).
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The PostgreSQL implementation of [`Store`] and [`ClaimStore`](super::ClaimStore).
+#[derive(Clone)]
+pub struct PgStore {
+    pool: PgPool,
+    options: PgConnectOptions,
+    /// This instance's id in `locked_by`.
+    owner: Arc<str>,
+    /// Poked by the `LISTEN` task.
+    announced: Arc<Notify>,
+    listening: Arc<OnceLock<()>>,
+}
+
+impl PgStore {
+    /// Connects to `url` (`postgres://…`) with at most `max_connections` pooled
+    /// connections and applies the migrations (instances starting at once take
+    /// turns: sqlx holds an advisory lock while it migrates).
+    pub async fn open(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+        let options = PgConnectOptions::from_str(url)?.application_name("hookbox");
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections.max(1))
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            // A broken connection fails one query and is then dropped; a ping before
+            // every query would cost a round trip each.
+            .test_before_acquire(false)
+            .connect_with(options.clone())
+            .await?;
+        sqlx::migrate!("migrations/postgres").run(&pool).await?;
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "hookbox".to_owned());
+        let owner = format!("{host}/{}/{}", std::process::id(), Uuid::now_v7()).into();
+        Ok(Self {
+            pool,
+            options,
+            owner,
+            announced: Arc::new(Notify::new()),
+            listening: Arc::new(OnceLock::new()),
+        })
+    }
+
+    /// The pool (for tools and tests).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The event of `row` (a row of [`EVENT_COLUMNS`]) with its deliveries.
+    async fn view(&self, row: Option<sqlx::postgres::PgRow>) -> Result<Option<EventView>, StoreError> {
+        let Some(row) = row else { return Ok(None) };
+        let mut views = vec![rows::event_view(&row)?];
+        rows::attach_deliveries(&self.pool, &mut views).await?;
+        Ok(views.pop())
+    }
+}
+
+/// Inserts an event and its deliveries unless its key is taken; answers how many
+/// events were inserted (0 or 1). One statement, so one atomic commit.
+const INSERT_EVENT: &str = "\
+WITH e AS (
+    INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256, status,
+                        created_at, updated_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id, created_at
+), d AS (
+    INSERT INTO deliveries (id, event_id, handler, ordering_value, created_at, updated_at)
+    SELECT u.id, e.id, u.handler, u.ordering_value, e.created_at, e.created_at
+    FROM e, unnest($8::uuid[], $9::text[], $10::text[]) WITH ORDINALITY
+        AS u (id, handler, ordering_value, n)
+    ORDER BY u.n
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM e) AS inserted, (SELECT count(*) FROM d) AS deliveries";
+
+#[async_trait]
+impl Store for PgStore {
+    async fn insert_event(&self, event: NewEvent) -> Result<Inserted, StoreError> {
+        // An event no handler routes is complete at once (no settle job needed).
+        let status = if event.deliveries.is_empty() {
+            Status::Completed
+        } else {
+            Status::Pending
+        };
+        let ids: Vec<Uuid> = event.deliveries.iter().map(|d| d.id).collect();
+        let handlers: Vec<String> = event.deliveries.iter().map(|d| d.handler.clone()).collect();
+        let values: Vec<Option<String>> = event
+            .deliveries
+            .iter()
+            .map(|d| d.ordering_value.clone())
+            .collect();
+        let row = sqlx::query(INSERT_EVENT)
+            .bind(event.id)
+            .bind(&event.idempotency_key)
+            .bind(&event.event_type)
+            .bind(&event.payload)
+            .bind(&event.payload_sha256)
+            .bind(status.as_str())
+            .bind(event.created_at.0)
+            .bind(ids)
+            .bind(handlers)
+            .bind(values)
+            .fetch_one(&self.pool)
+            .await?;
+        let inserted: i64 = row.try_get("inserted")?;
+        if inserted == 1 {
+            return Ok(Inserted {
+                event: EventSummary {
+                    id: event.id,
+                    idempotency_key: event.idempotency_key,
+                    event_type: event.event_type,
+                    status: Status::Pending,
+                    created_at: event.created_at,
+                    payload_sha256: event.payload_sha256,
+                },
+                created: true,
+            });
+        }
+        // The key was taken (the insert waited for the other transaction to commit),
+        // so this new statement sees the event that holds it.
+        match self.find_key(&event.idempotency_key).await? {
+            Some(existing) => Ok(Inserted {
+                event: existing,
+                created: false,
+            }),
+            None => Err(StoreError::Corrupt("conflicting key not found".into())),
+        }
+    }
+
+    async fn find_key(&self, key: &str) -> Result<Option<EventSummary>, StoreError> {
+        let sql = format!("SELECT {SUMMARY_COLUMNS} FROM events WHERE idempotency_key = $1");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(rows::summary).transpose()
+    }
+
+    async fn event(&self, id: Uuid) -> Result<Option<EventView>, StoreError> {
+        let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE id = $1");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        self.view(row).await
+    }
+
+    async fn event_by_key(&self, key: &str) -> Result<Option<EventView>, StoreError> {
+        let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE idempotency_key = $1");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?;
+        self.view(row).await
+    }
+
+    async fn list_events(&self, query: &ListQuery) -> Result<Page<EventView>, StoreError> {
+        let mut qb =
+            QueryBuilder::<Postgres>::new(format!("SELECT {EVENT_COLUMNS} FROM events WHERE 1=1"));
+        if let Some(status) = query.status {
+            qb.push(" AND status = ").push_bind(status.as_str());
+        }
+        if let Some(t) = &query.event_type {
+            qb.push(" AND event_type = ").push_bind(t.clone());
+        }
+        if let Some(before) = query.before {
+            qb.push(" AND id < ").push_bind(before);
+        }
+        qb.push(" ORDER BY id DESC LIMIT ")
+            .push_bind(i64::from(query.limit) + 1);
+        let fetched = qb.build().fetch_all(&self.pool).await?;
+        let mut items = fetched
+            .iter()
+            .map(rows::event_view)
+            .collect::<Result<Vec<_>, _>>()?;
+        let next_cursor = if items.len() > query.limit as usize {
+            items.truncate(query.limit as usize);
+            items.last().map(|e| e.id.to_string())
+        } else {
+            None
+        };
+        rows::attach_deliveries(&self.pool, &mut items).await?;
+        Ok(Page { items, next_cursor })
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn settle(&self, event: Uuid) -> Result<(), StoreError> {
+        sqlx::query("SELECT hookbox_settle($1)")
+            .bind(vec![event])
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn unfinished(&self) -> Result<Unfinished, StoreError> {
+        let deliveries = sqlx::query(
+            "SELECT id, event_id, retry_after FROM deliveries \
+             WHERE status IN ('pending', 'processing') ORDER BY seq",
+        )
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(PendingDelivery {
+                delivery: r.try_get("id")?,
+                event: r.try_get("event_id")?,
+                retry_after: rows::opt_time(r, "retry_after")?,
+            })
+        })
+        .collect::<Result<_, StoreError>>()?;
+        let unsettled = sqlx::query(
+            "SELECT id FROM events e WHERE status IN ('pending', 'processing') \
+             AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id \
+                             AND d.status IN ('pending', 'processing')) ORDER BY id",
+        )
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|r| r.try_get("id").map_err(StoreError::from))
+        .collect::<Result<_, _>>()?;
+        Ok(Unfinished {
+            deliveries,
+            unsettled,
+        })
+    }
+
+    async fn delivery_task(&self, delivery: Uuid) -> Result<Option<DeliveryTask>, StoreError> {
+        let sql = format!(
+            "SELECT {TASK_COLUMNS} FROM deliveries d JOIN events e ON e.id = d.event_id \
+             WHERE d.id = $1"
+        );
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(delivery)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(rows::delivery_task).transpose()
+    }
+
+    /// Nothing to do: a claimed delivery is `processing` already.
+    async fn start(&self, _delivery: Uuid, _event: Uuid) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Records the outcome if this instance still holds the delivery's lease (if it
+    /// lost it, another instance has taken the delivery over and its attempt counts).
+    async fn finish(&self, finish: Finish) -> Result<(), StoreError> {
+        let recorded: i32 = sqlx::query_scalar("SELECT hookbox_finish($1, $2, $3, $4, $5, $6, $7)")
+            .bind(&*self.owner)
+            .bind(vec![finish.delivery_id])
+            .bind(vec![finish.event_id])
+            .bind(vec![finish.status.as_str()])
+            .bind(vec![i32::try_from(finish.attempts).unwrap_or(i32::MAX)])
+            .bind(vec![finish.last_error])
+            .bind(vec![finish.retry_after.map(|t| t.0)])
+            .fetch_one(&self.pool)
+            .await?;
+        if recorded == 0 {
+            tracing::warn!(delivery = %finish.delivery_id, "lease lost before the outcome was recorded; another instance runs it again");
+        }
+        Ok(())
+    }
+
+    async fn purge(&self, cutoff: Timestamp, limit: u32) -> Result<u64, StoreError> {
+        let done = sqlx::query(
+            "DELETE FROM events WHERE id IN (SELECT id FROM events \
+             WHERE status IN ('completed', 'failed') AND created_at < $1 \
+             ORDER BY created_at LIMIT $2)",
+        )
+        .bind(cutoff.0)
+        .bind(i64::from(limit))
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn stats(&self) -> Result<Stats, StoreError> {
+        let row = sqlx::query(
+            "SELECT \
+               (SELECT COUNT(*) FROM events WHERE status IN ('pending', 'processing')) AS pending, \
+               (SELECT COUNT(*) FROM deliveries WHERE status = 'failed') AS dead, \
+               (SELECT MIN(created_at) FROM events \
+                WHERE status IN ('pending', 'processing')) AS oldest",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        let count = |col: &str| -> Result<u64, StoreError> {
+            let n: i64 = row.try_get(col)?;
+            Ok(u64::try_from(n).unwrap_or(0))
+        };
+        Ok(Stats {
+            pending_events: count("pending")?,
+            dead_letters: count("dead")?,
+            oldest_pending: rows::opt_time(&row, "oldest")?,
+        })
+    }
+}
