@@ -265,7 +265,7 @@ pub async fn intake(
     if jobs.first().is_some_and(|j| matches!(j, Job::Settle(_))) {
         metrics::counter!(names::EVENTS_UNROUTED).increment(1);
     }
-    app.queue.extend(jobs);
+    app.dispatch.submit(jobs);
     Ok(accepted(StatusCode::ACCEPTED, &stored))
 }
 

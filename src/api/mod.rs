@@ -35,7 +35,7 @@ pub fn router(app: AppState) -> Router {
     let intake = post(intake::intake)
         .route_layer(idempotency)
         .route_layer(DefaultBodyLimit::max(app.max_body_bytes))
-        .route_layer(BackpressureLayer::new(app.queue.clone()))
+        .route_layer(BackpressureLayer::new(app.load.clone()))
         .route_layer(map_response(intake::count_rejections));
     Router::new()
         .route("/webhooks", intake.get(status::lookup_or_list))
