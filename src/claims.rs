@@ -15,15 +15,18 @@
 //!
 //! While a delivery is held its lease (`locked_until`) is renewed every third of
 //! `LEASE_TIMEOUT`; an instance that dies stops renewing, and once its leases expire
-//! any instance claims those deliveries again (at-least-once). On a clean shutdown
-//! the instance releases what it still holds at once.
+//! any instance claims those deliveries again (at-least-once). Only deliveries the
+//! claim loop received are renewed (not every row claimed under this instance's
+//! id): a claim whose answer was lost is left to expire rather than held forever.
+//! On a clean shutdown the instance releases what it still holds at once.
 //!
 //! Backpressure reads the shared backlog: deliveries `pending` or `processing` on
 //! every instance, counted every [`BACKLOG_REFRESH`] and compared with
 //! `QUEUE_MAXSIZE`.
 
-use std::sync::Arc;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -59,6 +62,8 @@ pub struct Claims {
     announce: Notify,
     /// Deliveries unfinished on every instance, as last counted.
     backlog: AtomicU64,
+    /// Deliveries claimed and not yet seen finished: the leases to renew.
+    held: Mutex<HashSet<uuid::Uuid>>,
     capacity: usize,
     workers: usize,
     lease: Duration,
@@ -81,6 +86,7 @@ impl Claims {
             wake: Notify::new(),
             announce: Notify::new(),
             backlog: AtomicU64::new(0),
+            held: Mutex::new(HashSet::new()),
             capacity,
             workers,
             lease,
@@ -157,11 +163,16 @@ impl Claims {
                 }
             };
             let full = claimed.tasks.len() == room;
-            self.queue.extend(claimed.tasks.into_iter().map(Job::claimed));
+            self.held()
+                .extend(claimed.tasks.iter().map(|t| t.delivery_id));
+            self.queue
+                .extend(claimed.tasks.into_iter().map(Job::claimed));
             if full {
                 continue; // more may be due
             }
-            let wait = claimed.next_due.map_or(FALLBACK_POLL, |d| d.min(FALLBACK_POLL));
+            let wait = claimed
+                .next_due
+                .map_or(FALLBACK_POLL, |d| d.min(FALLBACK_POLL));
             tokio::select! {
                 () = self.wake.notified() => {}
                 () = announced.notified() => {}
@@ -176,11 +187,24 @@ impl Claims {
         let mut backoff = Backoff::default();
         loop {
             tick.tick().await;
-            match self.store.renew(self.lease).await {
-                Ok(_) => backoff.succeeded("renewing leases"),
+            let held: Vec<uuid::Uuid> = self.held().iter().copied().collect();
+            match self.store.renew(&held, self.lease).await {
+                Ok(renewed) => {
+                    backoff.succeeded("renewing leases");
+                    // Forget what finished (or was lost); keep what was claimed since.
+                    let renewed: HashSet<_> = renewed.into_iter().collect();
+                    let mut current = self.held();
+                    for id in held.iter().filter(|id| !renewed.contains(id)) {
+                        current.remove(id);
+                    }
+                }
                 Err(e) => backoff.failed("renewing leases", &e).await,
             }
         }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, HashSet<uuid::Uuid>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     async fn count_loop(self: Arc<Self>) {
@@ -214,7 +238,14 @@ impl Dispatch for Claims {
     /// The jobs are in the database already: wake this instance's claim loop at
     /// once and every other instance's through `NOTIFY`.
     fn submit(&self, jobs: Vec<Job>) {
-        if jobs.iter().any(|j| matches!(j, Job::Deliver { .. })) {
+        let new = jobs
+            .iter()
+            .filter(|j| matches!(j, Job::Deliver { .. }))
+            .count();
+        if new > 0 {
+            // Counted at once here, so that this instance's own burst is shed
+            // without waiting for the next count.
+            self.backlog.fetch_add(new as u64, Ordering::Relaxed);
             self.wake.notify_one();
             self.announce.notify_one();
         }

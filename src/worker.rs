@@ -154,9 +154,9 @@ impl Workers {
                         warn!(delivery = %delivery, error = %e, "could not read or start a delivery; retrying in 5s");
                         timer.after(lease.clone(), RETRY_STORE_AFTER);
                     }
-                    // A claimed job carries its task and starting is a no-op, so
-                    // this does not happen; were it to, the lease would keep the
-                    // delivery until this instance stops.
+                    // A claimed job carries its task and a failed start is only
+                    // logged, so this does not happen; were it to, the lease would
+                    // keep the delivery until this instance stops.
                     Feed::Claims => {
                         warn!(delivery = %delivery, error = %e, "could not start a claimed delivery");
                     }
@@ -246,7 +246,15 @@ impl Workers {
             result = &mut run => return Ok(result),
             () = tokio::time::sleep(MARK_PROCESSING_AFTER) => {}
         }
-        self.store.start(task.delivery_id, task.event_id).await?;
+        if let Err(e) = self.store.start(task.delivery_id, task.event_id).await {
+            match self.feed {
+                Feed::Local(_) => return Err(e),
+                // Only the event's shown status waits for this; the claim holds.
+                Feed::Claims => {
+                    debug!(delivery = %task.delivery_id, error = %e, "could not mark the event processing")
+                }
+            }
+        }
         Ok(run.await)
     }
 

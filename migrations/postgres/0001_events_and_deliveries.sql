@@ -62,8 +62,17 @@ CREATE INDEX deliveries_status ON deliveries (status, retry_after);
 -- does: `completed` when all are (or there are none); `failed` when one is
 -- dead-lettered and none is still pending or processing; `pending` while nothing
 -- was tried yet; else `processing`.
+--
+-- The events are locked first (in id order, so concurrent callers cannot
+-- deadlock): two deliveries of one event finishing at once on two instances would
+-- otherwise each settle the event from a snapshot without the other's outcome and
+-- leave it `processing` forever. Every statement of a volatile PL/pgSQL function
+-- takes a fresh snapshot, so the UPDATE sees every outcome committed before the
+-- lock was granted.
 CREATE FUNCTION hookbox_settle(p_events uuid[]) RETURNS void
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM events WHERE id = ANY (p_events) ORDER BY id FOR UPDATE;
     UPDATE events SET
         status = CASE
             WHEN NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id
@@ -79,16 +88,11 @@ LANGUAGE sql AS $$
                       AND d.last_error IS NOT NULL ORDER BY d.updated_at DESC LIMIT 1),
         updated_at = now()
     WHERE id = ANY (p_events);
+END;
 $$;
 
--- Records attempt outcomes and settles their events, in one round trip.
---
--- The events are locked first (in id order, so concurrent callers cannot
--- deadlock): two deliveries of one event finishing at once on two instances would
--- otherwise each settle the event from a snapshot without the other's outcome and
--- leave it `processing` forever. Every statement of a volatile PL/pgSQL function
--- takes a fresh snapshot, so the settle sees every outcome committed before the
--- lock was granted.
+-- Records attempt outcomes and settles their events, in one round trip. The
+-- events are locked first, as in hookbox_settle, and for the same reason.
 --
 -- Only deliveries still claimed by `p_owner` are updated: an instance whose lease
 -- expired (another instance took the delivery over) records nothing. Returns how

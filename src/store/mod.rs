@@ -181,8 +181,9 @@ pub trait ClaimStore: Send + Sync + 'static {
     /// delivery of the same handler and ordering value.
     async fn claim(&self, limit: u32, lease: Duration) -> Result<Claimed, StoreError>;
 
-    /// Extends the lease of every delivery this instance holds; returns how many.
-    async fn renew(&self, lease: Duration) -> Result<u64, StoreError>;
+    /// Extends the lease of those of `held` that this instance still holds (still
+    /// `processing` and claimed by it); returns those.
+    async fn renew(&self, held: &[Uuid], lease: Duration) -> Result<Vec<Uuid>, StoreError>;
 
     /// Gives back every delivery this instance holds (`pending` again, unlocked),
     /// so that other instances take them at once instead of after the lease.

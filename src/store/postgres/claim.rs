@@ -6,6 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::Row;
 use tokio::sync::Notify;
+use uuid::Uuid;
 
 use super::PgStore;
 use super::rows::{self, TASK_COLUMNS};
@@ -45,13 +46,25 @@ RETURNING {TASK_COLUMNS}"
 
 /// Milliseconds until the next retry is due or the next foreign lease expires.
 const NEXT_DUE: &str = "\
-SELECT EXTRACT(EPOCH FROM (LEAST(
+SELECT (EXTRACT(EPOCH FROM (LEAST(
     (SELECT min(retry_after) FROM deliveries WHERE status = 'pending' AND retry_after > now()),
     (SELECT min(locked_until) FROM deliveries WHERE status = 'processing' AND locked_by <> $1)
-) - now())) * 1000 AS ms";
+) - now())) * 1000)::float8 AS ms";
 
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl PgStore {
+    /// How long until the next waiting retry is due or a foreign lease expires.
+    async fn next_due(&self) -> Result<Option<Duration>, StoreError> {
+        let ms: Option<f64> = sqlx::query(NEXT_DUE)
+            .bind(&*self.owner)
+            .fetch_one(&self.pool)
+            .await?
+            .try_get("ms")?;
+        Ok(ms.map(|ms| Duration::from_millis(ms.max(0.0) as u64)))
+    }
 }
 
 #[async_trait]
@@ -75,29 +88,36 @@ impl ClaimStore for PgStore {
         // RETURNING has no order; run them oldest first.
         claimed.sort_by_key(|(seq, _)| *seq);
         let tasks: Vec<_> = claimed.into_iter().map(|(_, t)| t).collect();
+        // The claim is committed: from here on nothing may fail, or the claimed
+        // deliveries would wait for their lease to expire.
         let next_due = if tasks.len() < limit as usize {
-            let ms: Option<f64> = sqlx::query(NEXT_DUE)
-                .bind(&*self.owner)
-                .fetch_one(&self.pool)
-                .await?
-                .try_get("ms")?;
-            ms.map(|ms| Duration::from_millis(ms.max(0.0) as u64))
+            match self.next_due().await {
+                Ok(due) => due,
+                Err(e) => {
+                    tracing::debug!(error = %e, "could not read the next due time");
+                    None
+                }
+            }
         } else {
             None
         };
         Ok(Claimed { tasks, next_due })
     }
 
-    async fn renew(&self, lease: Duration) -> Result<u64, StoreError> {
-        let done = sqlx::query(
+    async fn renew(&self, held: &[Uuid], lease: Duration) -> Result<Vec<Uuid>, StoreError> {
+        if held.is_empty() {
+            return Ok(Vec::new());
+        }
+        let renewed = sqlx::query_scalar(
             "UPDATE deliveries SET locked_until = now() + $1 * interval '1 millisecond' \
-             WHERE locked_by = $2 AND status = 'processing'",
+             WHERE id = ANY ($2) AND locked_by = $3 AND status = 'processing' RETURNING id",
         )
         .bind(millis(lease))
+        .bind(held)
         .bind(&*self.owner)
-        .execute(&self.pool)
+        .fetch_all(&self.pool)
         .await?;
-        Ok(done.rows_affected())
+        Ok(renewed)
     }
 
     async fn release(&self) -> Result<u64, StoreError> {

@@ -82,7 +82,10 @@ impl PgStore {
     }
 
     /// The event of `row` (a row of [`EVENT_COLUMNS`]) with its deliveries.
-    async fn view(&self, row: Option<sqlx::postgres::PgRow>) -> Result<Option<EventView>, StoreError> {
+    async fn view(
+        &self,
+        row: Option<sqlx::postgres::PgRow>,
+    ) -> Result<Option<EventView>, StoreError> {
         let Some(row) = row else { return Ok(None) };
         let mut views = vec![rows::event_view(&row)?];
         rows::attach_deliveries(&self.pool, &mut views).await?;
@@ -276,9 +279,10 @@ impl Store for PgStore {
         row.as_ref().map(rows::delivery_task).transpose()
     }
 
-    /// Nothing to do: a claimed delivery is `processing` already.
-    async fn start(&self, _delivery: Uuid, _event: Uuid) -> Result<(), StoreError> {
-        Ok(())
+    /// A claimed delivery is `processing` already; its event follows (the worker
+    /// calls this only for attempts that take a while, as on SQLite).
+    async fn start(&self, _delivery: Uuid, event: Uuid) -> Result<(), StoreError> {
+        self.settle(event).await
     }
 
     /// Records the outcome if this instance still holds the delivery's lease (if it

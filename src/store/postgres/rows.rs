@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use sqlx::postgres::{PgPool, PgRow};
 use sqlx::Row;
+use sqlx::postgres::{PgPool, PgRow};
 use uuid::Uuid;
 
 use crate::model::{DeliveryTask, DeliveryView, EventView, Status, Timestamp};
