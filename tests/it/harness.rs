@@ -116,6 +116,11 @@ impl Hookbox {
         self.logs.lock().expect("logs").clone()
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGKILL, and wait for the process to be gone.
     pub fn kill9(mut self) -> Arc<tempfile::TempDir> {
         let _ = self.child.kill();
@@ -320,22 +325,30 @@ fn pg_server() -> String {
 
 /// Runs one admin statement on the `postgres` database.
 fn pg_admin(sql: String) {
-    use sqlx::Connection;
+    pg_scalar(&format!("{}/postgres", pg_server()), &sql);
+}
+
+/// Runs `sql` (simple protocol, so no transaction around a lone statement) on the
+/// database at `url` and returns the first column of its last row as a number (0
+/// when it returns no rows).
+fn pg_scalar(url: &str, sql: &str) -> i64 {
+    use sqlx::{Connection, Executor, Row};
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
     runtime.block_on(async {
-        let url = format!("{}/postgres", pg_server());
-        let mut conn = sqlx::postgres::PgConnection::connect(&url)
+        let mut conn = sqlx::postgres::PgConnection::connect(url)
             .await
             .unwrap_or_else(|e| panic!("PostgreSQL at {url}: {e} (is it running?)"));
-        sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
-            .execute(&mut conn)
+        let rows = conn
+            .fetch_all(sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned())))
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
         let _ = conn.close().await;
-    });
+        rows.last()
+            .map_or(0, |r| r.try_get::<i64, _>(0).expect("a bigint"))
+    })
 }
 
 impl Db {
@@ -350,6 +363,14 @@ impl Db {
         pg_admin(format!("CREATE DATABASE {name}"));
         let url = format!("{}/{name}", pg_server());
         Self::Postgres { name, url }
+    }
+
+    /// Runs `sql` on this PostgreSQL database; the first column of its last row.
+    pub fn scalar(&self, sql: &str) -> i64 {
+        match self {
+            Self::Postgres { url, .. } => pg_scalar(url, sql),
+            Self::Sqlite => panic!("scalar() is for PostgreSQL"),
+        }
     }
 
     /// True for PostgreSQL.
