@@ -32,6 +32,9 @@ pub enum StoreError {
     /// The writer task has stopped (the process is shutting down).
     #[error("the store's writer has stopped")]
     WriterGone,
+    /// The batch this write was committed with failed (the batch's error).
+    #[error("batched write failed: {0}")]
+    Batch(String),
     /// A stored value that does not parse (a corrupt or foreign row).
     #[error("corrupt row: {0}")]
     Corrupt(String),

@@ -1,18 +1,18 @@
 //! The PostgreSQL store: a connection pool on a database that several instances
 //! share.
 //!
-//! Every write is one statement (one round trip, one commit): intake inserts the
-//! event and its deliveries in one `WITH … INSERT` whose `ON CONFLICT
-//! (idempotency_key) DO NOTHING` settles duplicate keys atomically across
-//! instances, and an attempt's outcome is recorded by the `hookbox_finish` function
-//! of the migration (which locks the event, so that outcomes recorded at once on
-//! two instances settle it correctly). PostgreSQL groups the WAL flushes of
-//! concurrent commits by itself, so there is no writer task here.
+//! Intake is one statement (one round trip, one commit): it inserts the event and
+//! its deliveries in one `WITH … INSERT` whose `ON CONFLICT (idempotency_key) DO
+//! NOTHING` settles duplicate keys atomically across instances. Attempt outcomes
+//! are group-committed by a task (`finisher.rs`) through the `hookbox_finish`
+//! function of the migration, which locks the events first so that outcomes
+//! recorded at once on two instances settle their event correctly.
 //!
 //! The claim side ([`ClaimStore`](super::ClaimStore)) is in `claim.rs`; the
 //! `LISTEN` connection in `listen.rs`.
 
 mod claim;
+mod finisher;
 mod listen;
 mod rows;
 
@@ -23,7 +23,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Postgres, QueryBuilder, Row};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, mpsc, oneshot};
 use uuid::Uuid;
 
 use super::{
@@ -47,6 +47,8 @@ pub struct PgStore {
     owner: Arc<str>,
     /// Poked by the `LISTEN` task.
     announced: Arc<Notify>,
+    /// The group-commit task for outcomes.
+    finishes: mpsc::Sender<finisher::Request>,
     listening: Arc<OnceLock<()>>,
 }
 
@@ -66,11 +68,14 @@ impl PgStore {
             .await?;
         sqlx::migrate!("migrations/postgres").run(&pool).await?;
         let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "hookbox".to_owned());
-        let owner = format!("{host}/{}/{}", std::process::id(), Uuid::now_v7()).into();
+        let owner: Arc<str> = format!("{host}/{}/{}", std::process::id(), Uuid::now_v7()).into();
+        let (finishes, rx) = mpsc::channel(4096);
+        tokio::spawn(finisher::run(pool.clone(), owner.clone(), rx));
         Ok(Self {
             pool,
             options,
             owner,
+            finishes,
             announced: Arc::new(Notify::new()),
             listening: Arc::new(OnceLock::new()),
         })
@@ -288,20 +293,12 @@ impl Store for PgStore {
     /// Records the outcome if this instance still holds the delivery's lease (if it
     /// lost it, another instance has taken the delivery over and its attempt counts).
     async fn finish(&self, finish: Finish) -> Result<(), StoreError> {
-        let recorded: i32 = sqlx::query_scalar("SELECT hookbox_finish($1, $2, $3, $4, $5, $6, $7)")
-            .bind(&*self.owner)
-            .bind(vec![finish.delivery_id])
-            .bind(vec![finish.event_id])
-            .bind(vec![finish.status.as_str()])
-            .bind(vec![i32::try_from(finish.attempts).unwrap_or(i32::MAX)])
-            .bind(vec![finish.last_error])
-            .bind(vec![finish.retry_after.map(|t| t.0)])
-            .fetch_one(&self.pool)
-            .await?;
-        if recorded == 0 {
-            tracing::warn!(delivery = %finish.delivery_id, "lease lost before the outcome was recorded; another instance runs it again");
-        }
-        Ok(())
+        let (reply, answer) = oneshot::channel();
+        self.finishes
+            .send((finish, reply))
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        answer.await.map_err(|_| StoreError::WriterGone)?
     }
 
     async fn purge(&self, cutoff: Timestamp, limit: u32) -> Result<u64, StoreError> {
