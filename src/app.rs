@@ -4,11 +4,13 @@
 //! 1. open the store and apply migrations;
 //! 2. read the handler manifests;
 //! 3. bind and serve HTTP — `/health` answers at once, `/ready` says 503;
-//! 4. load every unfinished delivery into the queue (recovery, unbounded);
+//! 4. load every unfinished delivery into the queue (recovery, unbounded) — or, on
+//!    PostgreSQL, where the database is the queue, start claiming;
 //! 5. start the workers and the periodic tasks; `/ready` turns 200.
 //!
 //! On shutdown `/ready` and intake answer 503, workers get `SHUTDOWN_GRACE` to
-//! finish what they hold, and whatever did not finish is recovered on next start.
+//! finish what they hold, and whatever did not finish is recovered on next start
+//! (on PostgreSQL: released at once for the other instances).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -23,7 +25,10 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::claims::Claims;
 use crate::config::{Config, Secret};
+use crate::dispatch::Dispatch;
+use crate::layers::backpressure::LoadSignal;
 use crate::ordering::OrderingGate;
 use crate::queue::Queue;
 use crate::registry::Registry;
@@ -32,10 +37,10 @@ use crate::registry::manifest::{self, ManifestError};
 use crate::retry::{Backoff, Policy};
 use crate::ssrf::TargetGuard;
 use crate::store::sqlite::SqliteStore;
-use crate::store::{Store, StoreError};
+use crate::store::{ClaimStore, Store, StoreError};
 use crate::telemetry::names;
 use crate::timer::Timer;
-use crate::worker::{Job, Workers};
+use crate::worker::{Feed, Job, Workers};
 
 /// Why the service could not start or run.
 #[derive(Debug, thiserror::Error)]
@@ -52,7 +57,7 @@ pub enum AppError {
         source: std::io::Error,
     },
     /// `DATABASE_URL` names a database this build does not support.
-    #[error("DATABASE_URL: unsupported database {0:?} (this build supports sqlite://PATH)")]
+    #[error("DATABASE_URL: unsupported database {0:?} (this build supports {SUPPORTED})")]
     UnsupportedDatabase(String),
     /// The HTTP server failed.
     #[error("http server: {0}")]
@@ -61,6 +66,12 @@ pub enum AppError {
     #[error("delivery setup: {0}")]
     Http(String),
 }
+
+/// The `DATABASE_URL` forms this build accepts.
+#[cfg(feature = "postgres")]
+const SUPPORTED: &str = "sqlite://PATH and postgres://…";
+#[cfg(not(feature = "postgres"))]
+const SUPPORTED: &str = "sqlite://PATH; build with the postgres feature for postgres://…";
 
 /// Readiness and shutdown flags shared by the API and the background tasks.
 #[derive(Debug, Default)]
@@ -85,12 +96,16 @@ impl Lifecycle {
 pub struct Shared {
     /// The database.
     pub store: Arc<dyn Store>,
-    /// The in-memory work queue.
-    pub queue: Arc<Queue<Job>>,
+    /// Where committed work goes: the in-memory queue (SQLite) or the claimers
+    /// (PostgreSQL).
+    pub dispatch: Arc<dyn Dispatch>,
+    /// What intake's backpressure reads: the same object as `dispatch`.
+    pub load: Arc<dyn LoadSignal>,
     /// The routing table (manifests + subscribers).
     pub registry: Arc<LiveRegistry>,
-    /// Strict per-key ordering.
-    pub gate: Arc<OrderingGate>,
+    /// Strict per-key ordering on one instance (SQLite); `None` on PostgreSQL,
+    /// where the claim query enforces it.
+    pub gate: Option<Arc<OrderingGate>>,
     /// `REQUIRE_IDEMPOTENCY_KEY`.
     pub require_idempotency_key: bool,
     /// `MAX_BODY_BYTES`.
@@ -117,21 +132,50 @@ impl Deref for AppState {
     }
 }
 
+/// An opened database.
+pub struct Backend {
+    /// Everything hookbox persists.
+    pub store: Arc<dyn Store>,
+    /// The claim side, when several instances share the database (PostgreSQL).
+    pub claims: Option<Arc<dyn ClaimStore>>,
+}
+
+/// Opens the database a configuration names (and applies its migrations).
+pub async fn open_backend(config: &Config) -> Result<Backend, AppError> {
+    if let Some(path) = config.sqlite_path() {
+        let store = SqliteStore::open(&path, config.sqlite_synchronous).await?;
+        return Ok(Backend {
+            store: Arc::new(store),
+            claims: None,
+        });
+    }
+    let url = config.database_url.as_deref().unwrap_or_default();
+    #[cfg(feature = "postgres")]
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let pg = Arc::new(
+            crate::store::postgres::PgStore::open(url, config.database_max_connections).await?,
+        );
+        return Ok(Backend {
+            store: pg.clone(),
+            claims: Some(pg),
+        });
+    }
+    Err(AppError::UnsupportedDatabase(
+        url.split(':').next().unwrap_or_default().to_owned(),
+    ))
+}
+
 /// Opens the store a configuration names (and applies its migrations).
 pub async fn open_store(config: &Config) -> Result<Arc<dyn Store>, AppError> {
-    match config.sqlite_path() {
-        Some(path) => Ok(Arc::new(
-            SqliteStore::open(&path, config.sqlite_synchronous).await?,
-        )),
-        None => Err(AppError::UnsupportedDatabase(
-            config
-                .database_url
-                .as_deref()
-                .and_then(|u| u.split(':').next())
-                .unwrap_or_default()
-                .to_owned(),
-        )),
-    }
+    Ok(open_backend(config).await?.store)
+}
+
+/// How this instance gets its work, which depends on the database.
+enum Processing {
+    /// SQLite, one instance: the in-memory queue is the queue.
+    Local(Arc<Queue<Job>>),
+    /// PostgreSQL, any number of instances: the database is the queue.
+    Shared(Arc<Claims>),
 }
 
 /// The global retry policy of a configuration.
@@ -183,6 +227,7 @@ pub fn load_registry(
 pub struct App {
     config: Config,
     state: AppState,
+    processing: Processing,
     listener: TcpListener,
     local: SocketAddr,
 }
@@ -194,18 +239,37 @@ impl App {
         registry: Registry,
         prometheus: Option<PrometheusHandle>,
     ) -> Result<Self, AppError> {
-        let store = open_store(&config).await?;
+        let backend = open_backend(&config).await?;
         let guard = Arc::new(TargetGuard::new(config.allowed_targets.clone()));
         let client = crate::registry::kinds::http::client(guard.clone())
             .map_err(|e| AppError::Http(e.to_string()))?;
         let live = LiveRegistry::new(registry, client, guard, policy(&config));
-        live.reload(&store.subscribers().await?)
+        live.reload(&backend.store.subscribers().await?)
             .map_err(|e| AppError::Http(e.to_string()))?;
+        let (processing, dispatch, load): (_, Arc<dyn Dispatch>, Arc<dyn LoadSignal>) =
+            match backend.claims {
+                None => {
+                    let queue = Queue::new(config.queue_maxsize);
+                    (Processing::Local(queue.clone()), queue.clone(), queue)
+                }
+                Some(claims) => {
+                    let claims = Claims::new(
+                        claims,
+                        config.queue_maxsize,
+                        config.worker_count,
+                        config.lease_timeout,
+                    );
+                    (Processing::Shared(claims.clone()), claims.clone(), claims)
+                }
+            };
+        let gate =
+            matches!(processing, Processing::Local(_)).then(|| Arc::new(OrderingGate::default()));
         let state = AppState(Arc::new(Shared {
-            store,
-            queue: Queue::new(config.queue_maxsize),
+            store: backend.store,
+            dispatch,
+            load,
             registry: Arc::new(live),
-            gate: Arc::new(OrderingGate::default()),
+            gate,
             require_idempotency_key: config.require_idempotency_key,
             max_body_bytes: config.max_body_bytes,
             admin_token: config.admin_token.clone(),
@@ -223,6 +287,7 @@ impl App {
         Ok(Self {
             config,
             state,
+            processing,
             listener,
             local,
         })
@@ -241,11 +306,11 @@ impl App {
         let Self {
             config,
             state,
+            processing,
             listener,
             local,
         } = self;
         info!("listening on http://{local}");
-        let (store, queue) = (state.store.clone(), state.queue.clone());
         let stop_http = CancellationToken::new();
         let http = {
             let stop = stop_http.clone();
@@ -256,7 +321,7 @@ impl App {
                     .await
             })
         };
-        run_workers(&config, &state, http, stop_http, store, queue, shutdown).await
+        run_workers(&config, &state, processing, http, stop_http, shutdown).await
     }
 }
 
@@ -273,24 +338,37 @@ pub async fn serve(
         .await
 }
 
-/// Recovery, workers, retention; then waits for `shutdown` and drains.
+/// Recovery (or claiming), workers, retention; then waits for `shutdown` and drains.
 async fn run_workers(
     config: &Config,
     state: &AppState,
+    processing: Processing,
     http: tokio::task::JoinHandle<std::io::Result<()>>,
     stop_http: CancellationToken,
-    store: Arc<dyn Store>,
-    queue: Arc<Queue<Job>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AppError> {
-    let timer = Timer::start(queue.clone());
-    recover(&*store, &queue, &state.gate, &timer).await?;
+    let store = state.store.clone();
+    let (stop_claiming, stop_leases) = (CancellationToken::new(), CancellationToken::new());
+    let (queue, feed, claim_tasks) = match &processing {
+        Processing::Local(queue) => {
+            let timer = Timer::start(queue.clone());
+            recover(&*store, queue, state.gate.as_deref(), &timer).await?;
+            (queue.clone(), Feed::Local(timer), None)
+        }
+        Processing::Shared(claims) => {
+            // The database is the queue: recovery is the claim query itself, which
+            // also takes over the deliveries whose lease expired.
+            claims.refresh_backlog().await?;
+            let tasks = claims.spawn(&stop_claiming, &stop_leases);
+            (claims.queue(), Feed::Claims, Some(tasks))
+        }
+    };
     let crew = Workers {
         queue: queue.clone(),
         store: store.clone(),
         registry: state.registry.clone(),
         gate: state.gate.clone(),
-        timer,
+        feed,
         recorders: tokio_util::task::TaskTracker::new(),
     };
     let mut workers = JoinSet::new();
@@ -302,12 +380,16 @@ async fn run_workers(
         config.retention_days,
         config.cleanup_interval,
     ));
+    // Other instances change subscribers too (PostgreSQL): follow the database.
+    let follow = matches!(processing, Processing::Shared(_))
+        .then(|| tokio::spawn(follow_subscribers(state.clone())));
     state.0.lifecycle.ready.store(true, Ordering::Release);
     info!(workers = config.worker_count, "ready");
 
     shutdown.await;
     info!("shutting down: refusing new events, draining workers");
     state.0.lifecycle.draining.store(true, Ordering::Release);
+    stop_claiming.cancel();
     queue.close();
     crew.recorders.close();
     let drained = async {
@@ -321,6 +403,19 @@ async fn run_workers(
         warn!(grace = ?config.shutdown_grace, "workers still busy after the grace period; recovery will redo their jobs");
     }
     retention.abort();
+    if let Some(follow) = follow {
+        follow.abort();
+    }
+    if let Processing::Shared(claims) = &processing {
+        stop_leases.cancel();
+        if tokio::time::timeout(Duration::from_secs(5), claims.release())
+            .await
+            .is_err()
+        {
+            warn!("releasing claims timed out; they are rescued when their lease expires");
+        }
+    }
+    drop(claim_tasks);
     stop_http.cancel();
     match tokio::time::timeout(Duration::from_secs(5), http).await {
         Ok(Ok(Err(e))) => Err(AppError::Serve(e)),
@@ -333,7 +428,7 @@ async fn run_workers(
 async fn recover(
     store: &dyn Store,
     queue: &Queue<Job>,
-    gate: &OrderingGate,
+    gate: Option<&OrderingGate>,
     timer: &Timer,
 ) -> Result<(), StoreError> {
     let left = store.unfinished().await?;
@@ -341,7 +436,7 @@ async fn recover(
     let now = crate::model::Timestamp::now();
     let mut due = Vec::with_capacity(deliveries + unsettled);
     for d in left.deliveries {
-        if let Some(value) = &d.ordering_value {
+        if let (Some(gate), Some(value)) = (gate, &d.ordering_value) {
             gate.register(&d.handler, value, d.delivery);
         }
         let job = Job::deliver(d.delivery, d.event);
@@ -358,10 +453,33 @@ async fn recover(
     Ok(())
 }
 
+/// How often an instance sharing PostgreSQL re-reads the subscribers.
+pub const SUBSCRIBER_REFRESH: Duration = Duration::from_secs(1);
+
+/// Reloads the routing table whenever the stored subscribers change (another
+/// instance created, changed or deleted one).
+async fn follow_subscribers(state: AppState) {
+    let mut known = Vec::new();
+    let mut tick = tokio::time::interval(SUBSCRIBER_REFRESH);
+    loop {
+        tick.tick().await;
+        match state.store.subscribers().await {
+            Ok(now) if now != known => {
+                if let Err(e) = state.registry.reload(&now) {
+                    warn!(error = %e, "could not apply the subscribers");
+                }
+                known = now;
+            }
+            Ok(_) => {}
+            Err(e) => warn!(error = %e, "could not read the subscribers"),
+        }
+    }
+}
+
 /// Sets the gauges of SPEC §5 (called when `/metrics` is scraped, so they are exact).
 pub async fn update_gauges(state: &AppState) {
-    metrics::gauge!(names::QUEUE_CAPACITY).set(state.queue.capacity() as f64);
-    metrics::gauge!(names::QUEUE_DEPTH).set(state.queue.depth() as f64);
+    metrics::gauge!(names::QUEUE_CAPACITY).set(state.dispatch.capacity() as f64);
+    metrics::gauge!(names::QUEUE_DEPTH).set(state.dispatch.depth() as f64);
     match state.store.stats().await {
         Ok(stats) => {
             metrics::gauge!(names::EVENTS_PENDING).set(stats.pending_events as f64);

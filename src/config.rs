@@ -37,6 +37,7 @@ pub const SETTINGS: &[(&str, Option<&str>)] = &[
     ("BIND_ADDR", Some("0.0.0.0:8000")),
     ("DATABASE_URL", None),
     ("DB_PATH", Some("./data/events.db")),
+    ("DATABASE_MAX_CONNECTIONS", Some("10")),
     ("HANDLERS_DIR", Some("./handlers")),
     ("WORKER_COUNT", Some("16")),
     ("QUEUE_MAXSIZE", Some("10000")),
@@ -138,6 +139,8 @@ pub struct Config {
     pub database_url: Option<String>,
     /// SQLite file.
     pub db_path: PathBuf,
+    /// PostgreSQL: pooled connections per instance (plus one for `LISTEN`).
+    pub database_max_connections: u32,
     /// Handler manifests.
     pub handlers_dir: PathBuf,
     /// Worker tasks (0 = this instance only accepts events).
@@ -223,6 +226,7 @@ impl Config {
             bind_addr: s.parse("BIND_ADDR", "an address like 0.0.0.0:8000")?,
             database_url: s.optional("DATABASE_URL"),
             db_path: PathBuf::from(s.text("DB_PATH")),
+            database_max_connections: s.positive("DATABASE_MAX_CONNECTIONS")?,
             handlers_dir: PathBuf::from(s.text("HANDLERS_DIR")),
             worker_count: s.parse("WORKER_COUNT", "a whole number")?,
             queue_maxsize: s.positive("QUEUE_MAXSIZE")?,

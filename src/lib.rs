@@ -11,8 +11,10 @@
 //! - [`layers`]: tower layers that work around *any* HTTP service — backpressure,
 //!   idempotency keys, metrics, request ids and tracing;
 //! - [`store`]: the [`Store`](store::Store) trait and its SQLite implementation with
-//!   group commit;
-//! - [`queue`], [`registry`], [`worker`]: the processing side;
+//!   group commit, and (feature `postgres`) the PostgreSQL one that several
+//!   instances share;
+//! - [`queue`], [`registry`], [`worker`]: the processing side; [`dispatch`] and
+//!   [`claims`]: how work reaches the workers on each backend;
 //! - [`app::serve`]: the whole service.
 //!
 //! ```no_run
@@ -31,7 +33,9 @@
 
 pub mod api;
 pub mod app;
+pub mod claims;
 pub mod config;
+pub mod dispatch;
 pub mod layers;
 pub mod model;
 pub mod ordering;

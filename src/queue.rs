@@ -40,6 +40,8 @@ use crate::layers::backpressure::LoadSignal;
 pub struct Queue<T> {
     jobs: Mutex<Jobs<T>>,
     ready: Notify,
+    /// Notified when a job's place is given back (a [`Lease`] dropped).
+    freed: Notify,
     depth: AtomicUsize,
     capacity: usize,
 }
@@ -58,6 +60,7 @@ impl<T> Queue<T> {
                 closed: false,
             }),
             ready: Notify::new(),
+            freed: Notify::new(),
             depth: AtomicUsize::new(0),
             capacity,
         })
@@ -125,6 +128,18 @@ impl<T> Queue<T> {
     pub fn capacity(&self) -> usize {
         self.capacity
     }
+
+    /// Waits until at most `n` jobs are queued or running (for a single task that
+    /// refills the queue, such as the PostgreSQL claimer).
+    pub async fn wait_depth_at_most(&self, n: usize) {
+        loop {
+            let freed = self.freed.notified();
+            if self.depth() <= n {
+                return;
+            }
+            freed.await;
+        }
+    }
 }
 
 impl<T: Send + 'static> LoadSignal for Queue<T> {
@@ -150,5 +165,6 @@ impl<T> Deref for Lease<T> {
 impl<T> Drop for Lease<T> {
     fn drop(&mut self) {
         self.queue.depth.fetch_sub(1, Ordering::Relaxed);
+        self.queue.freed.notify_one();
     }
 }

@@ -71,6 +71,15 @@ impl Job {
             .collect()
     }
 
+    /// A job for a delivery claimed from a shared database (already `processing`).
+    pub fn claimed(task: DeliveryTask) -> Job {
+        Job::Deliver {
+            delivery: task.delivery_id,
+            event: task.event_id,
+            task: Some(Arc::new(task)),
+        }
+    }
+
     /// A job that reads its delivery from the store when it runs.
     pub fn deliver(delivery: Uuid, event: Uuid) -> Job {
         Job::Deliver {
@@ -79,6 +88,19 @@ impl Job {
             task: None,
         }
     }
+}
+
+/// What fills the workers' queue, which decides where a delivery goes after a
+/// retryable failure, and what happens when an outcome cannot be written.
+#[derive(Clone)]
+pub enum Feed {
+    /// Intake, startup recovery and this retry timer push jobs (SQLite: one
+    /// instance). A retry waits in the timer; a failed write is retried later.
+    Local(Timer),
+    /// A claimer takes due deliveries from the database that several instances
+    /// share (PostgreSQL, [`crate::claims`]). A retry waits in the database until
+    /// its `retry_after`; a failed write is retried in place while the lease is kept.
+    Claims,
 }
 
 /// What every worker shares.
@@ -90,10 +112,11 @@ pub struct Workers {
     pub store: Arc<dyn Store>,
     /// Handlers by name.
     pub registry: Arc<LiveRegistry>,
-    /// Strict per-key ordering.
-    pub gate: Arc<OrderingGate>,
-    /// Where retries wait.
-    pub timer: Timer,
+    /// Strict per-key ordering on one instance (`None` on PostgreSQL, where the
+    /// claim query enforces it).
+    pub gate: Option<Arc<OrderingGate>>,
+    /// Who fills `queue`.
+    pub feed: Feed,
     /// The tasks recording outcomes (shutdown waits for them).
     pub recorders: tokio_util::task::TaskTracker,
 }
@@ -133,10 +156,18 @@ impl Workers {
                         drop(lease);
                     });
                 }
-                Err(e) => {
-                    warn!(delivery = %delivery, error = %e, "could not read or start a delivery; retrying in 5s");
-                    self.timer.after(lease.clone(), RETRY_STORE_AFTER);
-                }
+                Err(e) => match &self.feed {
+                    Feed::Local(timer) => {
+                        warn!(delivery = %delivery, error = %e, "could not read or start a delivery; retrying in 5s");
+                        timer.after(lease.clone(), RETRY_STORE_AFTER);
+                    }
+                    // A claimed job carries its task and a failed start is only
+                    // logged, so this does not happen; were it to, the lease would
+                    // keep the delivery until this instance stops.
+                    Feed::Claims => {
+                        warn!(delivery = %delivery, error = %e, "could not start a claimed delivery");
+                    }
+                },
             }
         }
     }
@@ -157,15 +188,15 @@ impl Workers {
         if task.status.is_terminal() {
             return Ok(None); // a duplicate job (recovery and timer both had it)
         }
-        if let Some(due) = task.retry_after.filter(|t| *t > Timestamp::now()) {
-            self.timer.at(job_of(&task), due);
-            return Ok(None);
+        // A claimed delivery is due by the database's clock, which decided the claim.
+        if let Feed::Local(timer) = &self.feed {
+            if let Some(due) = task.retry_after.filter(|t| *t > Timestamp::now()) {
+                timer.at(job_of(&task), due);
+                return Ok(None);
+            }
         }
-        if let Some(value) = &task.ordering_value {
-            if !self
-                .gate
-                .admit(&task.handler, value, task.delivery_id, job_of(&task))
-            {
+        if let (Some(gate), Some(value)) = (&self.gate, &task.ordering_value) {
+            if !gate.admit(&task.handler, value, task.delivery_id, job_of(&task)) {
                 return Ok(None); // an older delivery of this key is unfinished: parked
             }
         }
@@ -228,30 +259,61 @@ impl Workers {
             result = &mut run => return Ok(result),
             () = tokio::time::sleep(MARK_PROCESSING_AFTER) => {}
         }
-        self.store.start(task.delivery_id, task.event_id).await?;
+        if let Err(e) = self.store.start(task.delivery_id, task.event_id).await {
+            match self.feed {
+                Feed::Local(_) => return Err(e),
+                // Only the event's shown status waits for this; the claim holds.
+                Feed::Claims => {
+                    debug!(delivery = %task.delivery_id, error = %e, "could not mark the event processing")
+                }
+            }
+        }
         Ok(run.await)
     }
 
     /// Commits an outcome, then schedules its retry or lets the next delivery of
     /// its ordering key go.
     async fn record(&self, outcome: Outcome) {
+        let timer = match &self.feed {
+            Feed::Local(timer) => timer,
+            Feed::Claims => return self.record_claimed(outcome.finish).await,
+        };
         let job = Job::deliver(outcome.finish.delivery_id, outcome.finish.event_id);
         let terminal = outcome.finish.status.is_terminal();
         let delivery = outcome.finish.delivery_id;
         match self.store.finish(outcome.finish).await {
             Ok(()) => {
                 if let Some(after) = outcome.retry {
-                    self.timer.after(job, after);
+                    timer.after(job, after);
                 }
-                if let (true, Some((handler, value))) = (terminal, &outcome.ordering) {
-                    if let Some(next) = self.gate.finished(handler, value, delivery) {
+                if let (true, Some(gate), Some((handler, value))) =
+                    (terminal, &self.gate, &outcome.ordering)
+                {
+                    if let Some(next) = gate.finished(handler, value, delivery) {
                         self.queue.push(next);
                     }
                 }
             }
             Err(e) => {
                 warn!(error = %e, "could not record an attempt; it will run again");
-                self.timer.after(job, RETRY_STORE_AFTER);
+                timer.after(job, RETRY_STORE_AFTER);
+            }
+        }
+    }
+
+    /// Commits a claimed delivery's outcome, retrying while the database is away
+    /// (the lease is renewed meanwhile; if this instance stops first, the lease
+    /// expires and the attempt runs again elsewhere).
+    async fn record_claimed(&self, finish: Finish) {
+        let mut wait = std::time::Duration::from_millis(100);
+        loop {
+            match self.store.finish(finish.clone()).await {
+                Ok(()) => return,
+                Err(e) => {
+                    warn!(delivery = %finish.delivery_id, error = %e, "could not record an attempt; retrying");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(RETRY_STORE_AFTER);
+                }
             }
         }
     }

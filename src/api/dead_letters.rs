@@ -47,13 +47,19 @@ pub async fn list(
 
 /// Queues replayed deliveries (ordered ones take their place in line first).
 fn enqueue(app: &AppState, replayed: &[PendingDelivery]) {
-    for d in replayed {
-        if let Some(value) = &d.ordering_value {
-            app.gate.register(&d.handler, value, d.delivery);
+    if let Some(gate) = &app.gate {
+        for d in replayed {
+            if let Some(value) = &d.ordering_value {
+                gate.register(&d.handler, value, d.delivery);
+            }
         }
     }
-    app.queue
-        .extend(replayed.iter().map(|d| Job::deliver(d.delivery, d.event)));
+    app.dispatch.submit(
+        replayed
+            .iter()
+            .map(|d| Job::deliver(d.delivery, d.event))
+            .collect(),
+    );
 }
 
 /// `POST /webhooks/{id}/replay` → 202 with the event.

@@ -237,14 +237,19 @@ pub async fn intake(
         .filter_map(|d| Some((d.handler.clone(), d.ordering_value.clone()?, d.id)))
         .collect();
     // Ordered deliveries take their place in line before the commit (see ordering.rs).
-    for (handler, value, delivery) in &ordered {
-        app.gate.register(handler, value, *delivery);
+    if let Some(gate) = &app.gate {
+        for (handler, value, delivery) in &ordered {
+            gate.register(handler, value, *delivery);
+        }
     }
     let forget = || {
-        for (handler, value, delivery) in &ordered {
-            if let Some(next) = app.gate.finished(handler, value, *delivery) {
-                app.queue.push(next);
-            }
+        let Some(gate) = &app.gate else { return };
+        let released: Vec<Job> = ordered
+            .iter()
+            .filter_map(|(handler, value, delivery)| gate.finished(handler, value, *delivery))
+            .collect();
+        if !released.is_empty() {
+            app.dispatch.submit(released);
         }
     };
     let event = NewEvent {
@@ -289,7 +294,7 @@ pub async fn intake(
     if jobs.first().is_some_and(|j| matches!(j, Job::Settle(_))) {
         metrics::counter!(names::EVENTS_UNROUTED).increment(1);
     }
-    app.queue.extend(jobs);
+    app.dispatch.submit(jobs);
     Ok(accepted(StatusCode::ACCEPTED, &stored))
 }
 

@@ -37,7 +37,7 @@ pub fn router(app: AppState) -> Router {
     let intake = post(intake::intake)
         .route_layer(idempotency)
         .route_layer(DefaultBodyLimit::max(app.max_body_bytes))
-        .route_layer(BackpressureLayer::new(app.queue.clone()))
+        .route_layer(BackpressureLayer::new(app.load.clone()))
         .route_layer(map_response(intake::count_rejections));
     let admin = Router::new()
         .route("/webhooks/{id}/replay", post(dead_letters::replay_event))

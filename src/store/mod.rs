@@ -3,8 +3,17 @@
 //! The SQLite store ([`sqlite::SqliteStore`]) has a single writer task that commits
 //! whatever is waiting as one transaction (group commit) and answers each caller after
 //! that commit, plus a read-only pool for reads.
+//!
+//! The PostgreSQL store ([`postgres::PgStore`], feature `postgres`) lets several
+//! instances share one database: it also implements [`ClaimStore`], through which
+//! workers claim due deliveries under a lease instead of reading an in-memory queue.
 
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod sqlite;
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use uuid::Uuid;
@@ -25,6 +34,9 @@ pub enum StoreError {
     /// The writer task has stopped (the process is shutting down).
     #[error("the store's writer has stopped")]
     WriterGone,
+    /// The batch this write was committed with failed (the batch's error).
+    #[error("batched write failed: {0}")]
+    Batch(String),
     /// A stored value that does not parse (a corrupt or foreign row).
     #[error("corrupt row: {0}")]
     Corrupt(String),
@@ -198,4 +210,49 @@ pub struct Stats {
     pub dead_letters: u64,
     /// Creation time of the oldest unfinished event.
     pub oldest_pending: Option<Timestamp>,
+}
+
+/// The claim side of a database shared by several instances (PostgreSQL): the
+/// database is the queue. Each delivery a worker runs is first *claimed*: marked
+/// `processing` with a lease (`locked_until`, `locked_by` = [`ClaimStore::owner`])
+/// that the instance renews while it runs; once a lease expires, any instance may
+/// claim the delivery again.
+#[async_trait]
+pub trait ClaimStore: Send + Sync + 'static {
+    /// This instance's id, written to `locked_by` on the deliveries it claims.
+    fn owner(&self) -> &str;
+
+    /// Claims up to `limit` due deliveries, oldest first: `pending` ones whose
+    /// `retry_after` has passed and `processing` ones whose lease expired, skipping
+    /// any that another instance is claiming and any with an older unfinished
+    /// delivery of the same handler and ordering value.
+    async fn claim(&self, limit: u32, lease: Duration) -> Result<Claimed, StoreError>;
+
+    /// Extends the lease of those of `held` that this instance still holds (still
+    /// `processing` and claimed by it); returns those.
+    async fn renew(&self, held: &[Uuid], lease: Duration) -> Result<Vec<Uuid>, StoreError>;
+
+    /// Gives back every delivery this instance holds (`pending` again, unlocked),
+    /// so that other instances take them at once instead of after the lease.
+    async fn release(&self) -> Result<u64, StoreError>;
+
+    /// Deliveries `pending` or `processing`, on every instance.
+    async fn backlog(&self) -> Result<u64, StoreError>;
+
+    /// Tells every instance's claimers that new work is due (`NOTIFY`).
+    async fn announce(&self) -> Result<(), StoreError>;
+
+    /// Notified whenever any instance announces work, and after the listening
+    /// connection is re-established (announcements may have been missed).
+    fn announcements(&self) -> Arc<tokio::sync::Notify>;
+}
+
+/// The result of [`ClaimStore::claim`].
+#[derive(Debug, Default)]
+pub struct Claimed {
+    /// What was claimed, ready to run.
+    pub tasks: Vec<DeliveryTask>,
+    /// When fewer than asked were claimed: how long until the next waiting retry is
+    /// due, if one is waiting.
+    pub next_due: Option<Duration>,
 }

@@ -16,9 +16,10 @@ pub struct Hookbox {
     pub logs: Arc<Mutex<Vec<String>>>,
 }
 
-/// The path of the binary under test.
-pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_hookbox")
+/// The path of the binary under test: `HOOKBOX_TEST_BIN` if set (a copy that a
+/// build sharing the target directory cannot replace mid-run), else cargo's.
+pub fn bin() -> String {
+    std::env::var("HOOKBOX_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_hookbox").to_owned())
 }
 
 impl Hookbox {
@@ -113,6 +114,11 @@ impl Hookbox {
     /// The log lines so far.
     pub fn logs(&self) -> Vec<String> {
         self.logs.lock().expect("logs").clone()
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// SIGKILL, and wait for the process to be gone.
@@ -339,3 +345,121 @@ pub fn http_manifest(
         ),
     );
 }
+
+/// The database a test runs on: SQLite in the instance's directory (the default),
+/// or a fresh PostgreSQL database of its own, dropped when this is dropped.
+pub enum Db {
+    /// `DB_PATH` in the test's directory.
+    Sqlite,
+    /// `hookbox_test_<random>` on the local server.
+    Postgres {
+        /// The database's name.
+        name: String,
+        /// Its URL, passed as `DATABASE_URL`.
+        url: String,
+    },
+}
+
+/// The server the PostgreSQL tests use (trust auth), overridable for other setups.
+fn pg_server() -> String {
+    std::env::var("HOOKBOX_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
+}
+
+/// Runs one admin statement on the `postgres` database.
+fn pg_admin(sql: String) {
+    pg_scalar(&format!("{}/postgres", pg_server()), &sql);
+}
+
+/// Runs `sql` (simple protocol, so no transaction around a lone statement) on the
+/// database at `url` and returns the first column of its last row as a number (0
+/// when it returns no rows).
+fn pg_scalar(url: &str, sql: &str) -> i64 {
+    use sqlx::{Connection, Executor, Row};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let mut conn = sqlx::postgres::PgConnection::connect(url)
+            .await
+            .unwrap_or_else(|e| panic!("PostgreSQL at {url}: {e} (is it running?)"));
+        let rows = conn
+            .fetch_all(sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned())))
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let _ = conn.close().await;
+        rows.last()
+            .map_or(0, |r| r.try_get::<i64, _>(0).expect("a bigint"))
+    })
+}
+
+impl Db {
+    /// SQLite.
+    pub fn sqlite() -> Self {
+        Self::Sqlite
+    }
+
+    /// A new, empty PostgreSQL database.
+    pub fn postgres() -> Self {
+        let name = format!("hookbox_test_{}", uuid::Uuid::now_v7().simple());
+        pg_admin(format!("CREATE DATABASE {name}"));
+        let url = format!("{}/{name}", pg_server());
+        Self::Postgres { name, url }
+    }
+
+    /// Runs `sql` on this PostgreSQL database; the first column of its last row.
+    pub fn scalar(&self, sql: &str) -> i64 {
+        match self {
+            Self::Postgres { url, .. } => pg_scalar(url, sql),
+            Self::Sqlite => panic!("scalar() is for PostgreSQL"),
+        }
+    }
+
+    /// True for PostgreSQL.
+    pub fn is_postgres(&self) -> bool {
+        matches!(self, Self::Postgres { .. })
+    }
+
+    /// `extra` settings plus the ones that select this database.
+    pub fn env<'a>(&'a self, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+        let mut env = extra.to_vec();
+        if let Self::Postgres { url, .. } = self {
+            env.push(("DATABASE_URL", url));
+        }
+        env
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        if let Self::Postgres { name, .. } = self {
+            pg_admin(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+        }
+    }
+}
+
+/// Defines a test that runs once on SQLite and once on its own PostgreSQL
+/// database: `fn name(db: &Db) { … }` becomes the tests `name::sqlite` and
+/// `name::postgres`.
+macro_rules! on_both_backends {
+    ($(#[$meta:meta])* fn $name:ident($db:ident: &Db) $body:block) => {
+        $(#[$meta])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            fn run($db: &crate::harness::Db) $body
+
+            #[test]
+            fn sqlite() {
+                run(&crate::harness::Db::sqlite());
+            }
+
+            #[test]
+            fn postgres() {
+                run(&crate::harness::Db::postgres());
+            }
+        }
+    };
+}
+pub(crate) use on_both_backends;

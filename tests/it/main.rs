@@ -1,6 +1,7 @@
 //! hookbox's integration tests: one binary (one link step), one module per area.
 //! They run the real `hookbox` binary on port 0 against a real SQLite file in a
-//! temporary directory.
+//! temporary directory, and (tests named `…::postgres`, and `instances`) against a
+//! database of their own on the local PostgreSQL server, dropped afterwards.
 
 #![allow(unreachable_pub, clippy::unwrap_used)]
 
@@ -8,6 +9,7 @@ mod config;
 mod delivery;
 mod durability;
 mod harness;
+mod instances;
 mod intake;
 mod layers;
 mod library;

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::harness::{Hookbox, exec_manifest, new_dir, script, write};
+use crate::harness::{Hookbox, exec_manifest, new_dir, on_both_backends, script, write};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -14,8 +14,8 @@ fn post(hb: &Hookbox, event_type: &str, n: u32) -> String {
     r.json()["id"].as_str().expect("id").to_owned()
 }
 
-#[test]
-fn fan_out_runs_every_matching_handler_with_payload_and_env() {
+on_both_backends! {
+fn fan_out_runs_every_matching_handler_with_payload_and_env(db: &Db) {
     let dir = new_dir();
     let out = dir.path().join("out");
     let s = script(
@@ -29,7 +29,7 @@ fn fan_out_runs_every_matching_handler_with_payload_and_env() {
     exec_manifest(dir.path(), "first", r#"["order.*"]"#, &s, "");
     exec_manifest(dir.path(), "second", r#"["order.created"]"#, &s, "");
     exec_manifest(dir.path(), "other", r#"["invoice.*"]"#, &s, "");
-    let hb = Hookbox::restart(dir.clone(), &[]);
+    let hb = Hookbox::restart(dir.clone(), &db.env(&[]));
     let id = post(&hb, "order.created", 7);
     let ev = hb.wait_status(&id, "completed", WAIT);
     let handlers: Vec<&str> = ev["deliveries"]
@@ -49,9 +49,10 @@ fn fan_out_runs_every_matching_handler_with_payload_and_env() {
         );
     }
 }
+}
 
-#[test]
-fn failing_twice_then_succeeding_completes_after_three_attempts() {
+on_both_backends! {
+fn failing_twice_then_succeeding_completes_after_three_attempts(db: &Db) {
     let dir = new_dir();
     let s = script(
         dir.path(),
@@ -65,7 +66,7 @@ fn failing_twice_then_succeeding_completes_after_three_attempts() {
         &s,
         "backoff = [\"50ms\"]",
     );
-    let hb = Hookbox::restart(dir, &[]);
+    let hb = Hookbox::restart(dir, &db.env(&[]));
     let id = post(&hb, "flaky", 1);
     let ev = hb.wait_status(&id, "completed", WAIT);
     let d = &ev["deliveries"][0];
@@ -77,9 +78,10 @@ fn failing_twice_then_succeeding_completes_after_three_attempts() {
     );
     assert_eq!(d["retry_after"], serde_json::Value::Null);
 }
+}
 
-#[test]
-fn exhaustion_dead_letters_with_attempts_and_last_error() {
+on_both_backends! {
+fn exhaustion_dead_letters_with_attempts_and_last_error(db: &Db) {
     let dir = new_dir();
     let s = script(
         dir.path(),
@@ -93,7 +95,7 @@ fn exhaustion_dead_letters_with_attempts_and_last_error() {
         &s,
         "max_attempts = 3\nbackoff = [\"20ms\", \"40ms\"]",
     );
-    let hb = Hookbox::restart(dir, &[]);
+    let hb = Hookbox::restart(dir, &db.env(&[]));
     let id = post(&hb, "broken", 1);
     let ev = hb.wait_status(&id, "failed", WAIT);
     assert_eq!(ev["attempts"], 3);
@@ -111,9 +113,10 @@ fn exhaustion_dead_letters_with_attempts_and_last_error() {
     );
     assert!(metrics.contains("hookbox_dead_letters 1"), "{metrics}");
 }
+}
 
-#[test]
-fn exit_65_dead_letters_after_one_attempt() {
+on_both_backends! {
+fn exit_65_dead_letters_after_one_attempt(db: &Db) {
     let dir = new_dir();
     let s = script(dir.path(), "reject.sh", "echo 'bad payload' >&2; exit 65");
     exec_manifest(
@@ -123,15 +126,16 @@ fn exit_65_dead_letters_after_one_attempt() {
         &s,
         "backoff = [\"20ms\"]",
     );
-    let hb = Hookbox::restart(dir, &[]);
+    let hb = Hookbox::restart(dir, &db.env(&[]));
     let id = post(&hb, "reject", 1);
     let ev = hb.wait_status(&id, "failed", WAIT);
     assert_eq!(ev["attempts"], 1);
     assert_eq!(ev["last_error"], "exit code 65: bad payload");
 }
+}
 
-#[test]
-fn a_timeout_is_retried_and_kills_the_whole_process_group() {
+on_both_backends! {
+fn a_timeout_is_retried_and_kills_the_whole_process_group(db: &Db) {
     let dir = new_dir();
     let pids = dir.path().join("pids");
     let s = script(
@@ -149,7 +153,7 @@ fn a_timeout_is_retried_and_kills_the_whole_process_group() {
         &s,
         "timeout = \"300ms\"\nbackoff = [\"20ms\"]",
     );
-    let hb = Hookbox::restart(dir, &[]);
+    let hb = Hookbox::restart(dir, &db.env(&[]));
     let id = post(&hb, "hang", 1);
     let ev = hb.wait_status(&id, "completed", WAIT);
     assert_eq!(ev["attempts"], 2);
@@ -171,10 +175,11 @@ fn a_timeout_is_retried_and_kills_the_whole_process_group() {
         "the grandchild sleep {pid} outlived its timed-out attempt"
     );
 }
+}
 
-#[test]
-fn an_unrouted_event_completes_and_is_counted() {
-    let hb = Hookbox::start(&[]);
+on_both_backends! {
+fn an_unrouted_event_completes_and_is_counted(db: &Db) {
+    let hb = Hookbox::start(&db.env(&[]));
     let id = post(&hb, "nobody.listens", 1);
     let ev = hb.wait_status(&id, "completed", WAIT);
     assert_eq!(ev["deliveries"], json!([]));
@@ -184,9 +189,10 @@ fn an_unrouted_event_completes_and_is_counted() {
         "{metrics}"
     );
 }
+}
 
-#[test]
-fn kill_9_mid_run_then_restart_completes_every_event_at_least_once() {
+on_both_backends! {
+fn kill_9_mid_run_then_restart_completes_every_event_at_least_once(db: &Db) {
     let dir = new_dir();
     let log = dir.path().join("handled");
     let s = script(
@@ -195,15 +201,17 @@ fn kill_9_mid_run_then_restart_completes_every_event_at_least_once() {
         &format!("echo \"$HOOKBOX_EVENT_ID\" >> {}; sleep 0.2", log.display()),
     );
     exec_manifest(dir.path(), "slow", r#"["slow"]"#, &s, "");
-    let env = [("WORKER_COUNT", "2")];
-    let hb = Hookbox::restart(dir.clone(), &env);
+    // On PostgreSQL the restarted instance is a new claimer: it takes over the
+    // dead one's deliveries once their lease expires.
+    let env = [("WORKER_COUNT", "2"), ("LEASE_TIMEOUT", "1s")];
+    let hb = Hookbox::restart(dir.clone(), &db.env(&env));
     let ids: Vec<String> = (0..12).map(|n| post(&hb, "slow", n)).collect();
     crate::harness::eventually(WAIT, "a few handled", || {
         let n = std::fs::read_to_string(&log).ok()?.lines().count();
         (n >= 3).then_some(())
     });
     let dir = hb.kill9();
-    let hb = Hookbox::restart(dir, &env);
+    let hb = Hookbox::restart(dir, &db.env(&env));
     for id in &ids {
         hb.wait_status(id, "completed", WAIT);
     }
@@ -215,9 +223,10 @@ fn kill_9_mid_run_then_restart_completes_every_event_at_least_once() {
         );
     }
 }
+}
 
-#[test]
-fn retention_deletes_old_terminal_events_and_never_unfinished_ones() {
+on_both_backends! {
+fn retention_deletes_old_terminal_events_and_never_unfinished_ones(db: &Db) {
     let dir = new_dir();
     let s = script(dir.path(), "block.sh", "sleep 30");
     exec_manifest(dir.path(), "block", r#"["block"]"#, &s, "timeout = \"60s\"");
@@ -225,7 +234,7 @@ fn retention_deletes_old_terminal_events_and_never_unfinished_ones() {
         ("RETENTION_DAYS", "0"),
         ("CLEANUP_INTERVAL_HOURS", "0.0002"),
     ];
-    let hb = Hookbox::restart(dir, &env);
+    let hb = Hookbox::restart(dir, &db.env(&env));
     let blocked = post(&hb, "block", 1);
     let done: Vec<String> = (0..5).map(|n| post(&hb, "done", n)).collect();
     for id in &done {
@@ -240,13 +249,14 @@ fn retention_deletes_old_terminal_events_and_never_unfinished_ones() {
     assert_eq!(r.status, 200, "retention deleted unfinished work");
     assert_eq!(r.json()["status"], "processing");
 }
+}
 
-#[test]
-fn sigterm_lets_the_running_attempt_finish_and_refuses_new_events() {
+on_both_backends! {
+fn sigterm_lets_the_running_attempt_finish_and_refuses_new_events(db: &Db) {
     let dir = new_dir();
     let s = script(dir.path(), "pause.sh", "sleep 1");
     exec_manifest(dir.path(), "pause", r#"["pause"]"#, &s, "");
-    let mut hb = Hookbox::restart(dir.clone(), &[("SHUTDOWN_GRACE", "10s")]);
+    let mut hb = Hookbox::restart(dir.clone(), &db.env(&[("SHUTDOWN_GRACE", "10s")]));
     let id = post(&hb, "pause", 1);
     hb.wait_status(&id, "processing", WAIT);
     hb.sigterm();
@@ -260,12 +270,13 @@ fn sigterm_lets_the_running_attempt_finish_and_refuses_new_events() {
         "{:?}",
         hb.logs()
     );
-    let hb = Hookbox::restart(hb.kill9(), &[("WORKER_COUNT", "0")]);
+    let hb = Hookbox::restart(hb.kill9(), &db.env(&[("WORKER_COUNT", "0")]));
     let ev = hb.get(&format!("/webhooks/{id}")).expect("get").json();
     assert_eq!(
         ev["status"], "completed",
         "the attempt finished within the grace period"
     );
+}
 }
 
 #[test]

@@ -4,11 +4,11 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::harness::{Hookbox, client, eventually};
+use crate::harness::{Hookbox, client, eventually, on_both_backends};
 
-#[test]
-fn get_by_id_by_key_and_the_errors() {
-    let hb = Hookbox::start(&[]);
+on_both_backends! {
+fn get_by_id_by_key_and_the_errors(db: &Db) {
+    let hb = Hookbox::start(&db.env(&[]));
     let posted = hb
         .post(
             &json!({"event_type": "a.b", "payload": {"x": 1}}),
@@ -51,10 +51,11 @@ fn get_by_id_by_key_and_the_errors() {
         .expect("get")
         .assert_problem(404, "not_found");
 }
+}
 
-#[test]
-fn listing_is_newest_first_with_filters_and_a_cursor() {
-    let hb = Hookbox::start(&[]);
+on_both_backends! {
+fn listing_is_newest_first_with_filters_and_a_cursor(db: &Db) {
+    let hb = Hookbox::start(&db.env(&[]));
     let mut ids = Vec::new();
     for n in 0..7 {
         let t = if n % 2 == 0 { "even" } else { "odd" };
@@ -108,6 +109,7 @@ fn listing_is_newest_first_with_filters_and_a_cursor() {
         .expect("get")
         .assert_problem(400, "invalid_query");
 }
+}
 
 #[test]
 fn the_listing_needs_the_admin_token_when_one_is_set() {
@@ -149,9 +151,9 @@ fn request_ids_are_echoed_or_made() {
     assert!(problem.header("x-request-id").is_some());
 }
 
-#[test]
-fn health_ready_and_metrics() {
-    let hb = Hookbox::start(&[]);
+on_both_backends! {
+fn health_ready_and_metrics(db: &Db) {
+    let hb = Hookbox::start(&db.env(&[]));
     assert_eq!(
         hb.get("/health").expect("health").json(),
         json!({"status": "ok"})
@@ -190,6 +192,7 @@ fn health_ready_and_metrics() {
     hb.get("/secret/path/123").expect("get");
     let text = hb.get("/metrics").expect("metrics").text;
     assert!(!text.contains("/secret/path/123"));
+}
 }
 
 #[test]

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Benchmark hookbox on PostgreSQL: INSTANCES instances share one fresh database;
+# one load generator per instance, the load split evenly between them.
+#
+# Usage:
+#   scripts/bench-pg.sh ingest                 # 10s, 64 connections in all
+#   scripts/bench-pg.sh e2e                    # 100,000 events in all
+#   INSTANCES=2 CONNECTIONS=64 DURATION=10s scripts/bench-pg.sh ingest
+#   INSTANCES=2 EVENTS=100000 scripts/bench-pg.sh e2e
+#
+# PG_SERVER (default postgres://postgres@127.0.0.1:5432) must accept CREATE
+# DATABASE; the database hookbox_bench_<random> is dropped afterwards. Binaries
+# come from ${CARGO_TARGET_DIR:-target}/release (built here), copied first so that
+# another build sharing the target directory cannot swap them mid-run. Every other
+# hookbox setting passes through from the environment (WORKER_COUNT, …).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+mode="${1:-ingest}"
+instances="${INSTANCES:-1}"
+connections="${CONNECTIONS:-64}"
+events="${EVENTS:-100000}"
+duration="${DURATION:-10s}"
+server="${PG_SERVER:-postgres://postgres@127.0.0.1:5432}"
+target="${CARGO_TARGET_DIR:-target}"
+
+echo "bench-pg.sh: building (release)" >&2
+cargo build --release --features postgres --bin hookbox --example loadgen
+workdir="$(mktemp -d "${TMPDIR:-/tmp}/hookbox-bench-pg.XXXXXX")"
+cp "$target/release/hookbox" "$target/release/examples/loadgen" "$workdir/"
+mkdir "$workdir/handlers"
+cat >"$workdir/handlers/noop.toml" <<'TOML'
+event_types = ["bench.e2e"]
+kind = "log"
+TOML
+db="hookbox_bench_$(date +%s)_$$"
+psql "$server/postgres" -qc "CREATE DATABASE $db"
+pids=()
+
+cleanup() {
+    local status=$?
+    for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    if [[ $status -ne 0 ]]; then tail -n 20 "$workdir"/hookbox-*.log >&2 || true; fi
+    psql "$server/postgres" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" || true
+    rm -rf "$workdir"
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+urls=()
+for i in $(seq 1 "$instances"); do
+    port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    DATABASE_URL="$server/$db" BIND_ADDR="127.0.0.1:$port" HANDLERS_DIR="$workdir/handlers" \
+        LOG_LEVEL="${LOG_LEVEL:-warn}" "$workdir/hookbox" serve >"$workdir/hookbox-$i.log" 2>&1 &
+    pids+=($!)
+    urls+=("http://127.0.0.1:$port")
+    for _ in $(seq 1 300); do
+        curl -fsS -o /dev/null --max-time 1 "http://127.0.0.1:$port/ready" 2>/dev/null && break
+        sleep 0.1
+    done
+done
+echo "bench-pg.sh: $instances instance(s) on $server/$db: ${urls[*]}" >&2
+
+per_conn=$(( (connections + instances - 1) / instances ))
+per_events=$(( events / instances ))
+gens=()
+for i in $(seq 0 $((instances - 1))); do
+    case "$mode" in
+        ingest) args=(ingest --url "${urls[$i]}" --duration "$duration" --connections "$per_conn") ;;
+        e2e) args=(e2e --url "${urls[$i]}" --events "$per_events" --connections "$per_conn" --timeout 10m) ;;
+        *) echo "bench-pg.sh: mode is ingest or e2e" >&2; exit 2 ;;
+    esac
+    "$workdir/loadgen" "${args[@]}" >"$workdir/loadgen-$i.out" 2>/dev/null &
+    gens+=($!)
+done
+for g in "${gens[@]}"; do wait "$g"; done
+for i in $(seq 0 $((instances - 1))); do
+    echo "--- load generator $((i + 1)) -> ${urls[$i]}"
+    cat "$workdir/loadgen-$i.out"
+done

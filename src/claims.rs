@@ -1,0 +1,294 @@
+//! Claim-based processing for a database that several instances share
+//! (PostgreSQL): the database is the queue.
+//!
+//! One claim loop per instance keeps this instance's workers fed: when at most
+//! `WORKER_COUNT` claimed deliveries are held, it claims up to twice that many due
+//! ones (`FOR UPDATE SKIP LOCKED`, see [`ClaimStore::claim`]) into the local
+//! [`Queue`] the [`Workers`](crate::worker::Workers) read. When nothing more is due
+//! it sleeps until one of:
+//!
+//! - intake on this instance committed an event (a direct wake-up);
+//! - any instance sent `NOTIFY hookbox_work` (intake after its commit, a finished
+//!   ordered delivery that unblocks the next, a released lease);
+//! - the next waiting retry is due, or a lease held by another instance expires;
+//! - [`FALLBACK_POLL`] passed (a safety net; nothing relies on it).
+//!
+//! While a delivery is held its lease (`locked_until`) is renewed every third of
+//! `LEASE_TIMEOUT`; an instance that dies stops renewing, and once its leases expire
+//! any instance claims those deliveries again (at-least-once). Only deliveries the
+//! claim loop received are renewed (not every row claimed under this instance's
+//! id): a claim whose answer was lost is left to expire rather than held forever.
+//! On a clean shutdown the instance releases what it still holds at once.
+//!
+//! Backpressure reads the shared backlog: deliveries `pending` or `processing` on
+//! every instance, counted every [`BACKLOG_REFRESH`] and compared with
+//! `QUEUE_MAXSIZE`.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::dispatch::Dispatch;
+use crate::layers::backpressure::LoadSignal;
+use crate::queue::Queue;
+use crate::store::ClaimStore;
+use crate::worker::Job;
+
+/// The safety-net poll of an idle claim loop.
+pub const FALLBACK_POLL: Duration = Duration::from_secs(5);
+
+/// How often the shared backlog is counted for backpressure.
+pub const BACKLOG_REFRESH: Duration = Duration::from_millis(100);
+
+/// Longest wait after a database error before trying again.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+type BoxedTask = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// One instance's claimer: feeds its workers from the shared database.
+pub struct Claims {
+    store: Arc<dyn ClaimStore>,
+    /// Claimed deliveries, waiting for or held by a worker of this instance.
+    queue: Arc<Queue<Job>>,
+    /// Wakes the claim loop when this instance accepted work.
+    wake: Notify,
+    /// Wakes the notifier, which sends one `NOTIFY` for any number of wake-ups.
+    announce: Notify,
+    /// Deliveries unfinished on every instance, as last counted.
+    backlog: AtomicU64,
+    /// Deliveries claimed and not yet seen finished: the leases to renew.
+    held: Mutex<HashSet<uuid::Uuid>>,
+    capacity: usize,
+    workers: usize,
+    lease: Duration,
+}
+
+impl Claims {
+    /// A claimer for `workers` workers with leases of `lease`; intake is refused
+    /// while the shared backlog is at `capacity`.
+    pub fn new(
+        store: Arc<dyn ClaimStore>,
+        capacity: usize,
+        workers: usize,
+        lease: Duration,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            store,
+            // Its own bound is never consulted: the claim loop holds at most
+            // twice the worker count.
+            queue: Queue::new(workers.saturating_mul(2).max(1)),
+            wake: Notify::new(),
+            announce: Notify::new(),
+            backlog: AtomicU64::new(0),
+            held: Mutex::new(HashSet::new()),
+            capacity,
+            workers,
+            lease,
+        })
+    }
+
+    /// The local queue the workers take claimed deliveries from.
+    pub fn queue(&self) -> Arc<Queue<Job>> {
+        self.queue.clone()
+    }
+
+    /// Counts the shared backlog once (before `/ready`, so that backpressure starts
+    /// from the truth).
+    pub async fn refresh_backlog(&self) -> Result<(), crate::store::StoreError> {
+        let n = self.store.backlog().await?;
+        self.backlog.store(n, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Starts the claim loop (unless there are no workers), which stops when
+    /// `claiming` is cancelled, and the lease renewal, the backlog counter and the
+    /// notifier, which stop when `rest` is (after the workers drained). Dropping the
+    /// set aborts them all.
+    pub fn spawn(
+        self: &Arc<Self>,
+        claiming: &CancellationToken,
+        rest: &CancellationToken,
+    ) -> JoinSet<()> {
+        let mut tasks = JoinSet::new();
+        let mut spawn = |stop: &CancellationToken, task: BoxedTask| {
+            let stop = stop.clone();
+            tasks.spawn(async move {
+                stop.run_until_cancelled_owned(task).await;
+            });
+        };
+        if self.workers > 0 {
+            spawn(claiming, Box::pin(self.clone().claim_loop()));
+        }
+        spawn(rest, Box::pin(self.clone().renew_loop()));
+        spawn(rest, Box::pin(self.clone().count_loop()));
+        spawn(rest, Box::pin(self.clone().notify_loop()));
+        tasks
+    }
+
+    /// Gives back what this instance still holds (after its workers stopped), so
+    /// that other instances take it at once rather than after the lease.
+    pub async fn release(&self) {
+        match self.store.release().await {
+            Ok(0) => {}
+            Ok(n) => info!(deliveries = n, "released unfinished claims"),
+            Err(e) => {
+                warn!(error = %e, "could not release claims; they are rescued when their lease expires")
+            }
+        }
+    }
+
+    async fn claim_loop(self: Arc<Self>) {
+        let announced = self.store.announcements();
+        let hold = self.workers.saturating_mul(2);
+        let mut backoff = Backoff::default();
+        loop {
+            // Refill once half of what is held has been taken.
+            self.queue.wait_depth_at_most(self.workers).await;
+            let room = hold.saturating_sub(self.queue.depth()).max(1);
+            let limit = u32::try_from(room).unwrap_or(u32::MAX);
+            let claimed = match self.store.claim(limit, self.lease).await {
+                Ok(c) => {
+                    backoff.succeeded("claiming");
+                    c
+                }
+                Err(e) => {
+                    backoff.failed("claiming", &e).await;
+                    continue;
+                }
+            };
+            let full = claimed.tasks.len() == room;
+            self.held()
+                .extend(claimed.tasks.iter().map(|t| t.delivery_id));
+            self.queue
+                .extend(claimed.tasks.into_iter().map(Job::claimed));
+            if full {
+                continue; // more may be due
+            }
+            let wait = claimed
+                .next_due
+                .map_or(FALLBACK_POLL, |d| d.min(FALLBACK_POLL));
+            tokio::select! {
+                () = self.wake.notified() => {}
+                () = announced.notified() => {}
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    async fn renew_loop(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(self.lease / 3);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut backoff = Backoff::default();
+        loop {
+            tick.tick().await;
+            let held: Vec<uuid::Uuid> = self.held().iter().copied().collect();
+            match self.store.renew(&held, self.lease).await {
+                Ok(renewed) => {
+                    backoff.succeeded("renewing leases");
+                    // Forget what finished (or was lost); keep what was claimed since.
+                    let renewed: HashSet<_> = renewed.into_iter().collect();
+                    let mut current = self.held();
+                    for id in held.iter().filter(|id| !renewed.contains(id)) {
+                        current.remove(id);
+                    }
+                }
+                Err(e) => backoff.failed("renewing leases", &e).await,
+            }
+        }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, HashSet<uuid::Uuid>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn count_loop(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(BACKLOG_REFRESH);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut backoff = Backoff::default();
+        loop {
+            tick.tick().await;
+            match self.refresh_backlog().await {
+                Ok(()) => backoff.succeeded("counting the backlog"),
+                Err(e) => backoff.failed("counting the backlog", &e).await,
+            }
+        }
+    }
+
+    /// Sends `NOTIFY` after intake commits: at most one in flight, so a burst of
+    /// events costs a few notifications rather than one each.
+    async fn notify_loop(self: Arc<Self>) {
+        let mut backoff = Backoff::default();
+        loop {
+            self.announce.notified().await;
+            match self.store.announce().await {
+                Ok(()) => backoff.succeeded("announcing work"),
+                Err(e) => backoff.failed("announcing work", &e).await,
+            }
+        }
+    }
+}
+
+impl Dispatch for Claims {
+    /// The jobs are in the database already: wake this instance's claim loop at
+    /// once and every other instance's through `NOTIFY`.
+    fn submit(&self, jobs: Vec<Job>) {
+        let new = jobs
+            .iter()
+            .filter(|j| matches!(j, Job::Deliver { .. }))
+            .count();
+        if new > 0 {
+            // Counted at once here, so that this instance's own burst is shed
+            // without waiting for the next count.
+            self.backlog.fetch_add(new as u64, Ordering::Relaxed);
+            self.wake.notify_one();
+            self.announce.notify_one();
+        }
+    }
+
+    fn depth(&self) -> usize {
+        usize::try_from(self.backlog.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
+    }
+
+    fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+impl LoadSignal for Claims {
+    fn overloaded(&self) -> Option<Duration> {
+        (Dispatch::depth(self) >= self.capacity).then_some(Duration::from_secs(1))
+    }
+}
+
+/// Exponential backoff after database errors, logging the first failure and the
+/// recovery rather than every attempt.
+#[derive(Default)]
+struct Backoff {
+    failures: u32,
+}
+
+impl Backoff {
+    async fn failed(&mut self, what: &str, error: &crate::store::StoreError) {
+        if self.failures == 0 {
+            warn!(error = %error, "{what} failed; retrying with backoff");
+        }
+        self.failures = self.failures.saturating_add(1);
+        let wait = Duration::from_millis(100)
+            .saturating_mul(1 << self.failures.min(6))
+            .min(MAX_BACKOFF);
+        tokio::time::sleep(wait).await;
+    }
+
+    fn succeeded(&mut self, what: &str) {
+        if self.failures > 0 {
+            info!(failures = self.failures, "{what} works again");
+            self.failures = 0;
+        }
+    }
+}

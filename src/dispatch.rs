@@ -1,0 +1,39 @@
+//! Where committed work goes: the seam between intake and the two ways of
+//! processing.
+//!
+//! - SQLite (one instance): the in-memory [`Queue`] itself; intake pushes the new
+//!   event's jobs and the workers take them.
+//! - PostgreSQL (several instances): [`Claims`](crate::claims::Claims); the
+//!   database is the queue, so intake only wakes the claimers of every instance.
+//!
+//! Either way the same [`Workers`](crate::worker::Workers) take jobs from a local
+//! queue and run the same attempt and record code.
+
+use crate::queue::Queue;
+use crate::worker::Job;
+
+/// What intake (and any other writer of new work) hands committed work to.
+pub trait Dispatch: Send + Sync + 'static {
+    /// `jobs` were committed: queue them, or wake whoever claims them.
+    fn submit(&self, jobs: Vec<Job>);
+
+    /// Work waiting or running (`hookbox_queue_depth`).
+    fn depth(&self) -> usize;
+
+    /// The bound at which intake answers 429 (`QUEUE_MAXSIZE`).
+    fn capacity(&self) -> usize;
+}
+
+impl Dispatch for Queue<Job> {
+    fn submit(&self, jobs: Vec<Job>) {
+        self.extend(jobs);
+    }
+
+    fn depth(&self) -> usize {
+        Queue::depth(self)
+    }
+
+    fn capacity(&self) -> usize {
+        Queue::capacity(self)
+    }
+}

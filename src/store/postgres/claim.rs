@@ -1,0 +1,163 @@
+//! The claim side of the PostgreSQL store: the database is the queue.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::Row;
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+use super::PgStore;
+use super::rows::{self, TASK_COLUMNS};
+use crate::store::{ClaimStore, Claimed, StoreError};
+
+/// The channel of `LISTEN`/`NOTIFY` that announces new work.
+pub(super) const CHANNEL: &str = "hookbox_work";
+
+/// Claims due deliveries, oldest first, skipping rows another instance is claiming
+/// (`SKIP LOCKED`). Strict ordering lives here: a delivery with an ordering value is
+/// not claimable while an older one of its handler and value is unfinished (pending,
+/// waiting to retry, or processing, leased or not).
+fn claim_sql() -> String {
+    format!(
+        "WITH due AS (
+    SELECT d.id FROM deliveries d
+    WHERE d.status IN ('pending', 'processing')
+      AND ((d.status = 'pending' AND (d.retry_after IS NULL OR d.retry_after <= now()))
+        OR (d.status = 'processing' AND (d.locked_until IS NULL OR d.locked_until < now())))
+      AND (d.ordering_value IS NULL OR NOT EXISTS (
+            SELECT 1 FROM deliveries o
+            WHERE o.handler = d.handler AND o.ordering_value = d.ordering_value
+              AND o.status IN ('pending', 'processing') AND o.seq < d.seq))
+    ORDER BY d.seq
+    LIMIT $1
+    FOR UPDATE OF d SKIP LOCKED
+)
+UPDATE deliveries d SET status = 'processing',
+    locked_until = now() + $2 * interval '1 millisecond',
+    locked_by = $3,
+    updated_at = now()
+FROM due, events e
+WHERE d.id = due.id AND e.id = d.event_id
+RETURNING {TASK_COLUMNS}"
+    )
+}
+
+/// Milliseconds until the next retry is due or the next foreign lease expires.
+const NEXT_DUE: &str = "\
+SELECT (EXTRACT(EPOCH FROM (LEAST(
+    (SELECT min(retry_after) FROM deliveries WHERE status = 'pending' AND retry_after > now()),
+    (SELECT min(locked_until) FROM deliveries WHERE status = 'processing' AND locked_by <> $1)
+) - now())) * 1000)::float8 AS ms";
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl PgStore {
+    /// How long until the next waiting retry is due or a foreign lease expires.
+    async fn next_due(&self) -> Result<Option<Duration>, StoreError> {
+        let ms: Option<f64> = sqlx::query(NEXT_DUE)
+            .bind(&*self.owner)
+            .fetch_one(&self.pool)
+            .await?
+            .try_get("ms")?;
+        Ok(ms.map(|ms| Duration::from_millis(ms.max(0.0) as u64)))
+    }
+}
+
+#[async_trait]
+impl ClaimStore for PgStore {
+    fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    async fn claim(&self, limit: u32, lease: Duration) -> Result<Claimed, StoreError> {
+        let fetched = sqlx::query(sqlx::AssertSqlSafe(claim_sql()))
+            .bind(i64::from(limit))
+            .bind(millis(lease))
+            .bind(&*self.owner)
+            .fetch_all(&self.pool)
+            .await?;
+        let mut claimed = Vec::with_capacity(fetched.len());
+        for row in &fetched {
+            let seq: i64 = row.try_get("seq")?;
+            claimed.push((seq, rows::delivery_task(row)?));
+        }
+        // RETURNING has no order; run them oldest first.
+        claimed.sort_by_key(|(seq, _)| *seq);
+        let tasks: Vec<_> = claimed.into_iter().map(|(_, t)| t).collect();
+        // The claim is committed: from here on nothing may fail, or the claimed
+        // deliveries would wait for their lease to expire.
+        let next_due = if tasks.len() < limit as usize {
+            match self.next_due().await {
+                Ok(due) => due,
+                Err(e) => {
+                    tracing::debug!(error = %e, "could not read the next due time");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        Ok(Claimed { tasks, next_due })
+    }
+
+    async fn renew(&self, held: &[Uuid], lease: Duration) -> Result<Vec<Uuid>, StoreError> {
+        if held.is_empty() {
+            return Ok(Vec::new());
+        }
+        let renewed = sqlx::query_scalar(
+            "UPDATE deliveries SET locked_until = now() + $1 * interval '1 millisecond' \
+             WHERE id = ANY ($2) AND locked_by = $3 AND status = 'processing' RETURNING id",
+        )
+        .bind(millis(lease))
+        .bind(held)
+        .bind(&*self.owner)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(renewed)
+    }
+
+    async fn release(&self) -> Result<u64, StoreError> {
+        let done = sqlx::query(
+            "UPDATE deliveries SET status = 'pending', locked_until = NULL, locked_by = NULL, \
+             updated_at = now() WHERE locked_by = $1 AND status = 'processing'",
+        )
+        .bind(&*self.owner)
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() > 0 {
+            self.announce().await?;
+        }
+        Ok(done.rows_affected())
+    }
+
+    async fn backlog(&self) -> Result<u64, StoreError> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM deliveries WHERE status IN ('pending', 'processing')",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    async fn announce(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT pg_notify($1, '')")
+            .bind(CHANNEL)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    fn announcements(&self) -> Arc<Notify> {
+        self.listening.get_or_init(|| {
+            tokio::spawn(super::listen::run(
+                self.options.clone(),
+                self.announced.clone(),
+            ));
+        });
+        self.announced.clone()
+    }
+}

@@ -1,0 +1,475 @@
+//! The PostgreSQL store: a connection pool on a database that several instances
+//! share.
+//!
+//! Intake is one statement (one round trip, one commit): it inserts the event and
+//! its deliveries in one `WITH … INSERT` whose `ON CONFLICT (idempotency_key) DO
+//! NOTHING` settles duplicate keys atomically across instances. Attempt outcomes
+//! are group-committed by a task (`finisher.rs`) through the `hookbox_finish`
+//! function of the migration, which locks the events first so that outcomes
+//! recorded at once on two instances settle their event correctly.
+//!
+//! The claim side ([`ClaimStore`](super::ClaimStore)) is in `claim.rs`; the
+//! `LISTEN` connection in `listen.rs`.
+
+mod claim;
+mod finisher;
+mod listen;
+mod rows;
+
+use std::str::FromStr;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{Postgres, QueryBuilder, Row};
+use tokio::sync::{Notify, mpsc, oneshot};
+use uuid::Uuid;
+
+use super::{
+    EventSummary, Inserted, ListQuery, Page, PendingDelivery, Stats, Store, StoreError, Unfinished,
+};
+use crate::model::{
+    DeadLetter, DeliveryTask, EventView, Finish, NewEvent, Status, Subscriber, Timestamp,
+};
+use crate::store::ReplayFilter;
+use rows::{EVENT_COLUMNS, SUMMARY_COLUMNS, TASK_COLUMNS};
+
+/// Connections per instance unless the caller says otherwise.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
+
+/// How long a request waits for a pooled connection before it fails (503).
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The PostgreSQL implementation of [`Store`] and [`ClaimStore`](super::ClaimStore).
+#[derive(Clone)]
+pub struct PgStore {
+    pool: PgPool,
+    options: PgConnectOptions,
+    /// This instance's id in `locked_by`.
+    owner: Arc<str>,
+    /// Poked by the `LISTEN` task.
+    announced: Arc<Notify>,
+    /// The group-commit task for outcomes.
+    finishes: mpsc::Sender<finisher::Request>,
+    listening: Arc<OnceLock<()>>,
+}
+
+impl PgStore {
+    /// Connects to `url` (`postgres://…`) with at most `max_connections` pooled
+    /// connections and applies the migrations (instances starting at once take
+    /// turns: sqlx holds an advisory lock while it migrates).
+    pub async fn open(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+        let options = PgConnectOptions::from_str(url)?.application_name("hookbox");
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections.max(1))
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            // A broken connection fails one query and is then dropped; a ping before
+            // every query would cost a round trip each.
+            .test_before_acquire(false)
+            .connect_with(options.clone())
+            .await?;
+        sqlx::migrate!("migrations/postgres").run(&pool).await?;
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "hookbox".to_owned());
+        let owner: Arc<str> = format!("{host}/{}/{}", std::process::id(), Uuid::now_v7()).into();
+        let (finishes, rx) = mpsc::channel(4096);
+        tokio::spawn(finisher::run(pool.clone(), owner.clone(), rx));
+        Ok(Self {
+            pool,
+            options,
+            owner,
+            finishes,
+            announced: Arc::new(Notify::new()),
+            listening: Arc::new(OnceLock::new()),
+        })
+    }
+
+    /// The pool (for tools and tests).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The event of `row` (a row of [`EVENT_COLUMNS`]) with its deliveries.
+    async fn view(
+        &self,
+        row: Option<sqlx::postgres::PgRow>,
+    ) -> Result<Option<EventView>, StoreError> {
+        let Some(row) = row else { return Ok(None) };
+        let mut views = vec![rows::event_view(&row)?];
+        rows::attach_deliveries(&self.pool, &mut views).await?;
+        Ok(views.pop())
+    }
+}
+
+/// Inserts an event and its deliveries unless its key is taken; answers how many
+/// events were inserted (0 or 1). One statement, so one atomic commit.
+const INSERT_EVENT: &str = "\
+WITH e AS (
+    INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256, status,
+                        created_at, updated_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id, created_at
+), d AS (
+    INSERT INTO deliveries (id, event_id, handler, ordering_value, created_at, updated_at)
+    SELECT u.id, e.id, u.handler, u.ordering_value, e.created_at, e.created_at
+    FROM e, unnest($8::uuid[], $9::text[], $10::text[]) WITH ORDINALITY
+        AS u (id, handler, ordering_value, n)
+    ORDER BY u.n
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM e) AS inserted, (SELECT count(*) FROM d) AS deliveries";
+
+#[async_trait]
+impl Store for PgStore {
+    async fn insert_event(&self, event: NewEvent) -> Result<Inserted, StoreError> {
+        // An event no handler routes is complete at once (no settle job needed).
+        let status = if event.deliveries.is_empty() {
+            Status::Completed
+        } else {
+            Status::Pending
+        };
+        let ids: Vec<Uuid> = event.deliveries.iter().map(|d| d.id).collect();
+        let handlers: Vec<String> = event.deliveries.iter().map(|d| d.handler.clone()).collect();
+        let values: Vec<Option<String>> = event
+            .deliveries
+            .iter()
+            .map(|d| d.ordering_value.clone())
+            .collect();
+        let row = sqlx::query(INSERT_EVENT)
+            .bind(event.id)
+            .bind(&event.idempotency_key)
+            .bind(&event.event_type)
+            .bind(&event.payload)
+            .bind(&event.payload_sha256)
+            .bind(status.as_str())
+            .bind(event.created_at.0)
+            .bind(ids)
+            .bind(handlers)
+            .bind(values)
+            .fetch_one(&self.pool)
+            .await?;
+        let inserted: i64 = row.try_get("inserted")?;
+        if inserted == 1 {
+            return Ok(Inserted {
+                event: EventSummary {
+                    id: event.id,
+                    idempotency_key: event.idempotency_key,
+                    event_type: event.event_type,
+                    status: Status::Pending,
+                    created_at: event.created_at,
+                    payload_sha256: event.payload_sha256,
+                },
+                created: true,
+            });
+        }
+        // The key was taken (the insert waited for the other transaction to commit),
+        // so this new statement sees the event that holds it.
+        match self.find_key(&event.idempotency_key).await? {
+            Some(existing) => Ok(Inserted {
+                event: existing,
+                created: false,
+            }),
+            None => Err(StoreError::Corrupt("conflicting key not found".into())),
+        }
+    }
+
+    async fn find_key(&self, key: &str) -> Result<Option<EventSummary>, StoreError> {
+        let sql = format!("SELECT {SUMMARY_COLUMNS} FROM events WHERE idempotency_key = $1");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(rows::summary).transpose()
+    }
+
+    async fn event(&self, id: Uuid) -> Result<Option<EventView>, StoreError> {
+        let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE id = $1");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        self.view(row).await
+    }
+
+    async fn event_by_key(&self, key: &str) -> Result<Option<EventView>, StoreError> {
+        let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE idempotency_key = $1");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?;
+        self.view(row).await
+    }
+
+    async fn list_events(&self, query: &ListQuery) -> Result<Page<EventView>, StoreError> {
+        let mut qb =
+            QueryBuilder::<Postgres>::new(format!("SELECT {EVENT_COLUMNS} FROM events WHERE 1=1"));
+        if let Some(status) = query.status {
+            qb.push(" AND status = ").push_bind(status.as_str());
+        }
+        if let Some(t) = &query.event_type {
+            qb.push(" AND event_type = ").push_bind(t.clone());
+        }
+        if let Some(before) = query.before {
+            qb.push(" AND id < ").push_bind(before);
+        }
+        qb.push(" ORDER BY id DESC LIMIT ")
+            .push_bind(i64::from(query.limit) + 1);
+        let fetched = qb.build().fetch_all(&self.pool).await?;
+        let mut items = fetched
+            .iter()
+            .map(rows::event_view)
+            .collect::<Result<Vec<_>, _>>()?;
+        let next_cursor = if items.len() > query.limit as usize {
+            items.truncate(query.limit as usize);
+            items.last().map(|e| e.id.to_string())
+        } else {
+            None
+        };
+        rows::attach_deliveries(&self.pool, &mut items).await?;
+        Ok(Page { items, next_cursor })
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn settle(&self, event: Uuid) -> Result<(), StoreError> {
+        sqlx::query("SELECT hookbox_settle($1)")
+            .bind(vec![event])
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn unfinished(&self) -> Result<Unfinished, StoreError> {
+        let deliveries = sqlx::query(
+            "SELECT id, event_id, retry_after, handler, ordering_value FROM deliveries \
+             WHERE status IN ('pending', 'processing') ORDER BY seq",
+        )
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(PendingDelivery {
+                delivery: r.try_get("id")?,
+                event: r.try_get("event_id")?,
+                retry_after: rows::opt_time(r, "retry_after")?,
+                handler: r.try_get("handler")?,
+                ordering_value: r.try_get("ordering_value")?,
+            })
+        })
+        .collect::<Result<_, StoreError>>()?;
+        let unsettled = sqlx::query(
+            "SELECT id FROM events e WHERE status IN ('pending', 'processing') \
+             AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id \
+                             AND d.status IN ('pending', 'processing')) ORDER BY id",
+        )
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|r| r.try_get("id").map_err(StoreError::from))
+        .collect::<Result<_, _>>()?;
+        Ok(Unfinished {
+            deliveries,
+            unsettled,
+        })
+    }
+
+    async fn delivery_task(&self, delivery: Uuid) -> Result<Option<DeliveryTask>, StoreError> {
+        let sql = format!(
+            "SELECT {TASK_COLUMNS} FROM deliveries d JOIN events e ON e.id = d.event_id \
+             WHERE d.id = $1"
+        );
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(delivery)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(rows::delivery_task).transpose()
+    }
+
+    /// A claimed delivery is `processing` already; its event follows (the worker
+    /// calls this only for attempts that take a while, as on SQLite).
+    async fn start(&self, _delivery: Uuid, event: Uuid) -> Result<(), StoreError> {
+        self.settle(event).await
+    }
+
+    /// Records the outcome if this instance still holds the delivery's lease (if it
+    /// lost it, another instance has taken the delivery over and its attempt counts).
+    async fn finish(&self, finish: Finish) -> Result<(), StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.finishes
+            .send((finish, reply))
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        answer.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    async fn purge(&self, cutoff: Timestamp, limit: u32) -> Result<u64, StoreError> {
+        let done = sqlx::query(
+            "DELETE FROM events WHERE id IN (SELECT id FROM events \
+             WHERE status IN ('completed', 'failed') AND created_at < $1 \
+             ORDER BY created_at LIMIT $2)",
+        )
+        .bind(cutoff.0)
+        .bind(i64::from(limit))
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn stats(&self) -> Result<Stats, StoreError> {
+        let row = sqlx::query(
+            "SELECT \
+               (SELECT COUNT(*) FROM events WHERE status IN ('pending', 'processing')) AS pending, \
+               (SELECT COUNT(*) FROM deliveries WHERE status = 'failed') AS dead, \
+               (SELECT MIN(created_at) FROM events \
+                WHERE status IN ('pending', 'processing')) AS oldest",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        let count = |col: &str| -> Result<u64, StoreError> {
+            let n: i64 = row.try_get(col)?;
+            Ok(u64::try_from(n).unwrap_or(0))
+        };
+        Ok(Stats {
+            pending_events: count("pending")?,
+            dead_letters: count("dead")?,
+            oldest_pending: rows::opt_time(&row, "oldest")?,
+        })
+    }
+
+    async fn dead_letters(
+        &self,
+        limit: u32,
+        before: Option<Uuid>,
+    ) -> Result<Page<DeadLetter>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT d.id, d.handler, d.status, d.attempts, d.last_error, d.updated_at, \
+                    e.id AS event_id, e.idempotency_key, e.event_type, e.status AS event_status, \
+                    e.created_at, e.payload \
+             FROM deliveries d JOIN events e ON e.id = d.event_id \
+             WHERE d.status = 'failed' AND ($1::uuid IS NULL OR d.id < $1) \
+             ORDER BY d.id DESC LIMIT $2",
+        )
+        .bind(before)
+        .bind(i64::from(limit) + 1)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut items = rows
+            .iter()
+            .map(rows::dead_letter)
+            .collect::<Result<Vec<_>, _>>()?;
+        let next_cursor = if items.len() > limit as usize {
+            items.truncate(limit as usize);
+            items.last().map(|d| d.id.to_string())
+        } else {
+            None
+        };
+        Ok(Page { items, next_cursor })
+    }
+
+    async fn replay(&self, filter: ReplayFilter) -> Result<Vec<PendingDelivery>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let rows = sqlx::query(
+            "UPDATE deliveries SET status = 'pending', retry_after = NULL, locked_until = NULL, \
+                    locked_by = NULL, updated_at = now() \
+             WHERE status = 'failed' AND ($4::text IS NULL OR handler = $4) \
+               AND event_id IN (SELECT id FROM events WHERE ($1::uuid IS NULL OR id = $1) \
+                   AND ($2::text IS NULL OR event_type = $2) \
+                   AND ($3::timestamptz IS NULL OR created_at < $3)) \
+             RETURNING id, event_id, handler, ordering_value",
+        )
+        .bind(filter.event)
+        .bind(filter.event_type)
+        .bind(filter.before.map(|t| t.0))
+        .bind(filter.handler)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut replayed = Vec::with_capacity(rows.len());
+        for r in &rows {
+            replayed.push(PendingDelivery {
+                delivery: r.try_get("id")?,
+                event: r.try_get("event_id")?,
+                retry_after: None,
+                handler: r.try_get("handler")?,
+                ordering_value: r.try_get("ordering_value")?,
+            });
+        }
+        let mut events: Vec<Uuid> = replayed.iter().map(|d| d.event).collect();
+        events.sort_unstable();
+        events.dedup();
+        if !events.is_empty() {
+            sqlx::query("SELECT hookbox_settle($1)")
+                .bind(events)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        replayed.sort_by_key(|d| d.delivery);
+        Ok(replayed)
+    }
+
+    async fn subscribers(&self) -> Result<Vec<Subscriber>, StoreError> {
+        sqlx::query(
+            "SELECT name, event_types, url, secret, ordering_key, max_attempts, backoff, active, \
+                    created_at, updated_at FROM subscribers ORDER BY name",
+        )
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(rows::subscriber)
+        .collect()
+    }
+
+    async fn insert_subscriber(&self, subscriber: Subscriber) -> Result<bool, StoreError> {
+        self.save_subscriber(subscriber, false).await
+    }
+
+    async fn update_subscriber(&self, subscriber: Subscriber) -> Result<bool, StoreError> {
+        self.save_subscriber(subscriber, true).await
+    }
+
+    async fn delete_subscriber(&self, name: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query("DELETE FROM subscribers WHERE name = $1")
+            .bind(name)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+}
+
+impl PgStore {
+    /// Inserts (or, with `replace`, updates) a subscriber; false when the name is
+    /// taken (insert) or unknown (update).
+    async fn save_subscriber(&self, s: Subscriber, replace: bool) -> Result<bool, StoreError> {
+        let json = |v: &Vec<String>| {
+            serde_json::to_string(v).map_err(|e| StoreError::Corrupt(e.to_string()))
+        };
+        let event_types = json(&s.event_types)?;
+        let backoff = s.backoff.as_ref().map(json).transpose()?;
+        let sql = if replace {
+            "UPDATE subscribers SET event_types = $2, url = $3, secret = $4, ordering_key = $5, \
+             max_attempts = $6, backoff = $7, active = $8, updated_at = $10 WHERE name = $1"
+        } else {
+            "INSERT INTO subscribers (name, event_types, url, secret, ordering_key, max_attempts, \
+             backoff, active, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+             ON CONFLICT (name) DO NOTHING"
+        };
+        let done = sqlx::query(sql)
+            .bind(s.name)
+            .bind(event_types)
+            .bind(s.url)
+            .bind(s.secret)
+            .bind(s.ordering_key)
+            .bind(s.max_attempts.and_then(|n| i32::try_from(n).ok()))
+            .bind(backoff)
+            .bind(s.active)
+            .bind(s.created_at.0)
+            .bind(s.updated_at.0)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+}

@@ -1,0 +1,237 @@
+//! Several instances on one PostgreSQL database (SPEC §1 `LEASE_TIMEOUT`, issue 5):
+//! shared work with an instance killed, one key posted to two instances at once,
+//! and strict ordering across instances.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::harness::{Db, Hookbox, client, eventually, exec_manifest, new_dir, script};
+
+/// POSTs one event to `url`; the answer's status and body.
+fn post_to(url: &str, body: &Value, key: Option<&str>) -> (u16, Value) {
+    let mut req = client()
+        .post(format!("{url}/webhooks"))
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    if let Some(key) = key {
+        req = req.header("Idempotency-Key", key);
+    }
+    let res = req.send().expect("send");
+    let status = res.status().as_u16();
+    (status, res.json().expect("json"))
+}
+
+#[test]
+fn three_instances_complete_every_event_when_one_is_killed_9() {
+    let db = Db::postgres();
+    let dir = new_dir();
+    let log = dir.path().join("handled");
+    let s = script(
+        dir.path(),
+        "record.sh",
+        &format!(
+            "echo \"$HOOKBOX_EVENT_ID\" >> {}; sleep 0.02",
+            log.display()
+        ),
+    );
+    exec_manifest(dir.path(), "record", r#"["work"]"#, &s, "");
+    let env = [
+        ("WORKER_COUNT", "4"),
+        ("LEASE_TIMEOUT", "2s"),
+        ("QUEUE_MAXSIZE", "100000"),
+        ("LOG_LEVEL", "hookbox=info,tower_http=warn"),
+    ];
+    let mut instances: Vec<Hookbox> = (0..3)
+        .map(|_| Hookbox::restart(dir.clone(), &db.env(&env)))
+        .collect();
+    let urls: Vec<String> = instances.iter().map(|h| h.url.clone()).collect();
+    // 6 threads post 500 events each, round robin over the instances.
+    let ids: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..6)
+            .map(|t| {
+                let urls = &urls;
+                s.spawn(move || {
+                    (0..500)
+                        .map(|n| {
+                            let url = &urls[(t + n) % urls.len()];
+                            let (status, body) = post_to(
+                                url,
+                                &json!({"event_type": "work", "payload": {"t": t, "n": n}}),
+                                None,
+                            );
+                            assert_eq!(status, 202, "{body}");
+                            body["id"].as_str().expect("id").to_owned()
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("thread"))
+            .collect()
+    });
+    assert_eq!(ids.len(), 3000);
+    // Kill one instance while the backlog is still being worked through.
+    let processed = || db.scalar("SELECT count(*) FROM deliveries WHERE status = 'completed'");
+    eventually(Duration::from_secs(60), "some progress", || {
+        (processed() >= 200).then_some(())
+    });
+    let victim = instances.remove(0);
+    let pid = victim.pid();
+    victim.kill9();
+    // What it held when it died: claimed, leased, never to be finished by it.
+    let orphaned = db.scalar(&format!(
+        "SELECT count(*) FROM deliveries WHERE status = 'processing' AND locked_by LIKE '%/{pid}/%'"
+    ));
+    assert!(
+        orphaned > 0,
+        "the killed instance held no work; the test proves nothing"
+    );
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while processed() < 3000 {
+        assert!(
+            Instant::now() < deadline,
+            "only {} of 3000 completed; logs: {:?}",
+            processed(),
+            instances[0].logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM events WHERE status <> 'completed'"),
+        0
+    );
+    assert_eq!(db.scalar("SELECT count(*) FROM events"), 3000);
+    let lines: Vec<String> = std::fs::read_to_string(&log)
+        .expect("log")
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let handled: HashSet<&String> = lines.iter().collect();
+    for id in &ids {
+        assert!(handled.contains(id), "{id} never reached a handler");
+    }
+    // At least once, and twice only for what the dead instance was running.
+    let duplicates = lines.len() - handled.len();
+    assert!(
+        duplicates as i64 <= orphaned,
+        "{duplicates} duplicates, but the killed instance held only {orphaned}"
+    );
+    // Survivors see the same truth through the API.
+    for hb in &instances {
+        let ev = hb
+            .get(&format!("/webhooks/{}", ids[0]))
+            .expect("get")
+            .json();
+        assert_eq!(ev["status"], "completed");
+    }
+}
+
+#[test]
+fn one_key_posted_to_two_instances_at_once_makes_one_event() {
+    let db = Db::postgres();
+    let dir = new_dir();
+    let a = Hookbox::restart(dir.clone(), &db.env(&[]));
+    let b = Hookbox::restart(dir, &db.env(&[]));
+    for round in 0..20 {
+        let key = format!("race-{round}");
+        let barrier = Barrier::new(4);
+        let answers: Vec<(u16, Value)> = std::thread::scope(|s| {
+            let handles: Vec<_> = [&a.url, &b.url, &a.url, &b.url]
+                .into_iter()
+                .map(|url| {
+                    let (barrier, key) = (&barrier, &key);
+                    s.spawn(move || {
+                        barrier.wait();
+                        post_to(
+                            url,
+                            &json!({"event_type": "race", "payload": {"round": round}}),
+                            Some(key),
+                        )
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("thread"))
+                .collect()
+        });
+        let created = answers.iter().filter(|(s, _)| *s == 202).count();
+        assert_eq!(created, 1, "{answers:?}");
+        assert!(
+            answers.iter().all(|(s, _)| *s == 200 || *s == 202),
+            "{answers:?}"
+        );
+        let id = &answers[0].1["id"];
+        assert!(
+            answers.iter().all(|(_, body)| &body["id"] == id),
+            "{answers:?}"
+        );
+    }
+    assert_eq!(db.scalar("SELECT count(*) FROM events"), 20);
+}
+
+#[test]
+fn ordering_holds_across_instances() {
+    let db = Db::postgres();
+    let dir = new_dir();
+    let out = dir.path().join("order");
+    let s = script(
+        dir.path(),
+        "append.sh",
+        &format!("p=$(cat); sleep 0.01; echo \"$p\" >> {}", out.display()),
+    );
+    exec_manifest(
+        dir.path(),
+        "ordered",
+        r#"["ordered"]"#,
+        &s,
+        "ordering_key = \"/key\"",
+    );
+    let env = [
+        ("WORKER_COUNT", "8"),
+        ("LOG_LEVEL", "hookbox=info,tower_http=warn"),
+    ];
+    let instances: Vec<Hookbox> = (0..3)
+        .map(|_| Hookbox::restart(dir.clone(), &db.env(&env)))
+        .collect();
+    const PER_KEY: usize = 30;
+    // One thread per key posts its events in order, each to the next instance.
+    std::thread::scope(|s| {
+        for k in 0..5 {
+            let instances = &instances;
+            s.spawn(move || {
+                for seq in 0..PER_KEY {
+                    let url = &instances[(k + seq) % instances.len()].url;
+                    let (status, body) = post_to(
+                        url,
+                        &json!({"event_type": "ordered", "payload": {"key": format!("k{k}"), "seq": seq}}),
+                        None,
+                    );
+                    assert_eq!(status, 202, "{body}");
+                }
+            });
+        }
+    });
+    eventually(Duration::from_secs(120), "every event handled", || {
+        let n = db.scalar("SELECT count(*) FROM deliveries WHERE status = 'completed'");
+        (n == 5 * PER_KEY as i64).then_some(())
+    });
+    let mut by_key: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for line in std::fs::read_to_string(&out).expect("output").lines() {
+        let v: Value = serde_json::from_str(line).expect("payload line");
+        by_key
+            .entry(v["key"].as_str().expect("key").to_owned())
+            .or_default()
+            .push(v["seq"].as_u64().expect("seq"));
+    }
+    assert_eq!(by_key.len(), 5);
+    for (key, seqs) in &by_key {
+        let expected: Vec<u64> = (0..PER_KEY as u64).collect();
+        assert_eq!(seqs, &expected, "key {key} ran out of order");
+    }
+}
