@@ -15,7 +15,9 @@ use hmac::{Hmac, KeyInit, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;
 
-use crate::harness::{Hookbox, Reply, eventually, http_manifest, new_dir, write};
+use crate::harness::{
+    Db, Hookbox, Reply, eventually, http_manifest, new_dir, on_both_backends, write,
+};
 use crate::receiver::{Answer, Receiver};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -338,8 +340,8 @@ fn a_timeout_is_retried() {
 // f. Strict per-key ordering
 // ---------------------------------------------------------------------------
 
-#[test]
-fn per_key_order_holds_while_the_receiver_fails_at_random() {
+on_both_backends! {
+fn per_key_order_holds_while_the_receiver_fails_at_random(db: &Db) {
     const KEYS: usize = 10;
     const PER_KEY: usize = 100;
     let rx = Receiver::start();
@@ -353,7 +355,7 @@ fn per_key_order_holds_while_the_receiver_fails_at_random() {
         "max_attempts = 50\nbackoff = [\"20ms\"]",
         "ordering_key = \"/key\"",
     );
-    let hb = Hookbox::restart(dir, &[LOOPBACK, ("SQLITE_SYNCHRONOUS", "normal")]);
+    let hb = Hookbox::restart(dir, &db.env(&[LOOPBACK, ("SQLITE_SYNCHRONOUS", "normal")]));
     let started = Instant::now();
     // One poster per key: within a key, event n+1 is posted after event n is accepted.
     let posted: HashMap<String, (usize, usize)> = std::thread::scope(|s| {
@@ -426,6 +428,7 @@ fn per_key_order_holds_while_the_receiver_fails_at_random() {
         started.elapsed()
     );
 }
+}
 
 // ---------------------------------------------------------------------------
 // g. Subscribers API
@@ -435,11 +438,11 @@ fn subscriber_body(name: &str, url: &str) -> Value {
     json!({"name": name, "event_types": ["sub.*"], "url": url})
 }
 
-#[test]
-fn subscribers_can_be_created_listed_read_paused_and_deleted() {
+on_both_backends! {
+fn subscribers_can_be_created_listed_read_paused_and_deleted(db: &Db) {
     let rx = Receiver::start();
     rx.then(Answer::status(500));
-    let hb = Hookbox::start(&[LOOPBACK]);
+    let hb = Hookbox::start(&db.env(&[LOOPBACK]));
     let secret = new_secret();
     let b64 = secret.trim_start_matches("whsec_").to_owned();
     let url = format!("{}/sub", rx.url);
@@ -545,6 +548,7 @@ fn subscribers_can_be_created_listed_read_paused_and_deleted() {
     let id = post(&hb, "sub.deleted", json!({}));
     let ev = hb.wait_status(&id, "completed", WAIT);
     assert_eq!(ev["deliveries"], json!([]));
+}
 }
 
 #[test]
@@ -667,7 +671,7 @@ fn bad_subscriber_bodies_are_refused_with_a_problem() {
 /// Two http handlers against a receiver that answers 400: three `dlq.order` events
 /// (handler `dl-orders`) and two `dlq.invoice` events (handler `dl-invoices`), all
 /// dead-lettered.
-fn dead_lettered() -> (Receiver, Hookbox, Vec<String>, Vec<String>) {
+fn dead_lettered(db: &Db) -> (Receiver, Hookbox, Vec<String>, Vec<String>) {
     let rx = Receiver::start();
     rx.set_default(Answer::status(400).body("rejected: unknown customer"));
     let dir = new_dir();
@@ -681,7 +685,7 @@ fn dead_lettered() -> (Receiver, Hookbox, Vec<String>, Vec<String>) {
             "",
         );
     }
-    let hb = Hookbox::restart(dir, &[LOOPBACK]);
+    let hb = Hookbox::restart(dir, &db.env(&[LOOPBACK]));
     let orders: Vec<String> = (0..3)
         .map(|n| post(&hb, "dlq.order", json!({"n": n})))
         .collect();
@@ -721,9 +725,9 @@ fn bulk_replay(hb: &Hookbox, filter: Value) -> Value {
     r.json()
 }
 
-#[test]
-fn dead_letters_are_listed_with_their_event_and_paginated() {
-    let (_rx, hb, orders, invoices) = dead_lettered();
+on_both_backends! {
+fn dead_letters_are_listed_with_their_event_and_paginated(db: &Db) {
+    let (_rx, hb, orders, invoices) = dead_lettered(db);
     let pages = dead_letter_pages(&hb, 2);
     let sizes: Vec<usize> = pages.iter().map(Vec::len).collect();
     assert_eq!(sizes, [2, 2, 1], "{pages:?}");
@@ -749,10 +753,11 @@ fn dead_letters_are_listed_with_their_event_and_paginated() {
     assert_eq!(all["items"].as_array().expect("items").len(), 5);
     assert_eq!(all["next_cursor"], Value::Null);
 }
+}
 
-#[test]
-fn replaying_one_event_completes_it_and_keeps_its_history() {
-    let (rx, hb, orders, _invoices) = dead_lettered();
+on_both_backends! {
+fn replaying_one_event_completes_it_and_keeps_its_history(db: &Db) {
+    let (rx, hb, orders, _invoices) = dead_lettered(db);
     let id = &orders[0];
     let before = rx.count();
     rx.set_default(Answer::status(200));
@@ -777,10 +782,11 @@ fn replaying_one_event_completes_it_and_keeps_its_history() {
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(rx.count(), before + 1, "one replay, one delivery");
 }
+}
 
-#[test]
-fn bulk_replay_by_handler_and_by_event_type_is_idempotent() {
-    let (rx, hb, orders, invoices) = dead_lettered();
+on_both_backends! {
+fn bulk_replay_by_handler_and_by_event_type_is_idempotent(db: &Db) {
+    let (rx, hb, orders, invoices) = dead_lettered(db);
     rx.set_default(Answer::status(200));
     assert_eq!(
         bulk_replay(&hb, json!({"handler": "dl-orders"})),
@@ -815,6 +821,7 @@ fn bulk_replay_by_handler_and_by_event_type_is_idempotent() {
     );
     let all = hb.call("GET", "/dead-letters", None, &[]).json();
     assert_eq!(all["items"], json!([]), "{all}");
+}
 }
 
 // ---------------------------------------------------------------------------

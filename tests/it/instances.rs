@@ -235,3 +235,52 @@ fn ordering_holds_across_instances() {
         assert_eq!(seqs, &expected, "key {key} ran out of order");
     }
 }
+
+#[test]
+fn a_subscriber_created_on_one_instance_routes_events_posted_to_another() {
+    let db = Db::postgres();
+    let rx = crate::receiver::Receiver::start();
+    let dir = new_dir();
+    let env = [("ALLOWED_TARGETS", "127.0.0.0/8")];
+    let a = Hookbox::restart(dir.clone(), &db.env(&env));
+    let b = Hookbox::restart(dir, &db.env(&env));
+    let created = a.call(
+        "POST",
+        "/subscribers",
+        Some(&json!({"name": "shared", "event_types": ["fanout.*"], "url": rx.url})),
+        &[],
+    );
+    assert_eq!(created.status, 201, "{}", created.text);
+    // Within the refresh period, instance b routes to the new subscriber too.
+    let id = eventually(
+        Duration::from_secs(10),
+        "b routes to the subscriber",
+        || {
+            let (status, body) = post_to(
+                &b.url,
+                &json!({"event_type": "fanout.one", "payload": {}}),
+                None,
+            );
+            assert_eq!(status, 202);
+            let id = body["id"].as_str()?.to_owned();
+            let ev = b.get(&format!("/webhooks/{id}")).ok()?.json();
+            (ev["deliveries"].as_array()?.len() == 1).then_some(id)
+        },
+    );
+    b.wait_status(&id, "completed", Duration::from_secs(20));
+    // Deleting it on b stops routing on a.
+    assert_eq!(
+        b.call("DELETE", "/subscribers/shared", None, &[]).status,
+        204
+    );
+    eventually(Duration::from_secs(10), "a stops routing", || {
+        let (_, body) = post_to(
+            &a.url,
+            &json!({"event_type": "fanout.two", "payload": {}}),
+            None,
+        );
+        let id = body["id"].as_str()?.to_owned();
+        let ev = a.get(&format!("/webhooks/{id}")).ok()?.json();
+        ev["deliveries"].as_array()?.is_empty().then_some(())
+    });
+}
