@@ -360,7 +360,7 @@ async fn run_workers(
             // also takes over the deliveries whose lease expired.
             claims.refresh_backlog().await?;
             let tasks = claims.spawn(&stop_claiming, &stop_leases);
-            (claims.queue(), Feed::Claims, Some(tasks))
+            (claims.queue(), Feed::Claims(claims.clone()), Some(tasks))
         }
     };
     let crew = Workers {

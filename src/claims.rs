@@ -181,6 +181,15 @@ impl Claims {
         }
     }
 
+    /// Wakes this instance's claim loop after `delay` (a retry falls due then).
+    pub fn wake_after(self: &Arc<Self>, delay: Duration) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            this.wake.notify_one();
+        });
+    }
+
     async fn renew_loop(self: Arc<Self>) {
         let mut tick = tokio::time::interval(self.lease / 3);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -100,7 +100,7 @@ pub enum Feed {
     /// A claimer takes due deliveries from the database that several instances
     /// share (PostgreSQL, [`crate::claims`]). A retry waits in the database until
     /// its `retry_after`; a failed write is retried in place while the lease is kept.
-    Claims,
+    Claims(Arc<crate::claims::Claims>),
 }
 
 /// What every worker shares.
@@ -164,7 +164,7 @@ impl Workers {
                     // A claimed job carries its task and a failed start is only
                     // logged, so this does not happen; were it to, the lease would
                     // keep the delivery until this instance stops.
-                    Feed::Claims => {
+                    Feed::Claims(_) => {
                         warn!(delivery = %delivery, error = %e, "could not start a claimed delivery");
                     }
                 },
@@ -263,7 +263,7 @@ impl Workers {
             match self.feed {
                 Feed::Local(_) => return Err(e),
                 // Only the event's shown status waits for this; the claim holds.
-                Feed::Claims => {
+                Feed::Claims(_) => {
                     debug!(delivery = %task.delivery_id, error = %e, "could not mark the event processing")
                 }
             }
@@ -276,7 +276,15 @@ impl Workers {
     async fn record(&self, outcome: Outcome) {
         let timer = match &self.feed {
             Feed::Local(timer) => timer,
-            Feed::Claims => return self.record_claimed(outcome.finish).await,
+            Feed::Claims(claims) => {
+                self.record_claimed(outcome.finish).await;
+                // The claim loop learnt of due times when it last claimed; tell it
+                // of this retry's, or it waits for its fallback poll.
+                if let Some(after) = outcome.retry {
+                    claims.wake_after(after);
+                }
+                return;
+            }
         };
         let job = Job::deliver(outcome.finish.delivery_id, outcome.finish.event_id);
         let terminal = outcome.finish.status.is_terminal();
