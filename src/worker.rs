@@ -36,16 +36,19 @@ pub enum Job {
         /// recovered and retried deliveries, which are read from the store.
         task: Option<Arc<DeliveryTask>>,
     },
-    /// Derive an event's status from its deliveries; an event without deliveries
-    /// (no handler matched) becomes `completed`.
+    /// Derive an event's status from its deliveries (recovery of an event whose
+    /// status update was lost).
     Settle(Uuid),
+    /// A new event no handler matched: stored `completed` already, it only holds a
+    /// place in the queue until a worker takes it, like any accepted event.
+    Unrouted(Uuid),
 }
 
 impl Job {
     /// The jobs a freshly stored event needs: one per delivery, or one settle.
     pub fn for_new_event(event: &NewEvent) -> Vec<Job> {
         if event.deliveries.is_empty() {
-            return vec![Job::Settle(event.id)];
+            return vec![Job::Unrouted(event.id)];
         }
         let payload: Arc<str> = event.payload.as_str().into();
         event
@@ -145,6 +148,7 @@ impl Workers {
                     }
                     continue;
                 }
+                Job::Unrouted(_) => continue,
                 Job::Deliver { delivery, task, .. } => (*delivery, task.clone()),
             };
             match self.attempt(delivery, known).await {

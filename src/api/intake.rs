@@ -291,7 +291,7 @@ pub async fn intake(
         "other".to_owned()
     };
     metrics::counter!(names::EVENTS_RECEIVED, "event_type" => label).increment(1);
-    if jobs.first().is_some_and(|j| matches!(j, Job::Settle(_))) {
+    if jobs.first().is_some_and(|j| matches!(j, Job::Unrouted(_))) {
         metrics::counter!(names::EVENTS_UNROUTED).increment(1);
     }
     app.dispatch.submit(jobs);

@@ -5,12 +5,24 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::harness::{Hookbox, client, on_both_backends};
+use crate::harness::{Hookbox, client, new_dir, on_both_backends, write};
+
+/// A fresh directory whose `log` handler routes the `t` events these tests post, so
+/// that they leave deliveries for recovery (an unrouted event completes at once).
+fn routed_dir() -> std::sync::Arc<tempfile::TempDir> {
+    let dir = new_dir();
+    write(
+        dir.path(),
+        "handlers/log.toml",
+        "event_types = [\"t\"]\nkind = \"log\"\n",
+    );
+    dir
+}
 
 on_both_backends! {
 fn every_acknowledged_event_survives_kill_9(db: &Db) {
     let env = [("WORKER_COUNT", "0"), ("QUEUE_MAXSIZE", "100000")];
-    let hb = Hookbox::start(&db.env(&env));
+    let hb = Hookbox::restart(routed_dir(), &db.env(&env));
     let url = format!("{}/webhooks", hb.url);
     // 8 threads post 125 events each; each records the keys that were acknowledged.
     let acked: Vec<String> = std::thread::scope(|s| {
@@ -56,7 +68,7 @@ fn every_acknowledged_event_survives_kill_9(db: &Db) {
                 .logs()
                 .iter()
                 .any(|l| l.contains("recovered unfinished work")),
-        "recovery should have loaded the 1000 pending events"
+        "recovery should have loaded the 1000 pending deliveries"
     );
 }
 }
@@ -66,7 +78,7 @@ fn ready_is_503_until_recovery_is_done_then_200() {
     // Leave many unfinished events behind (no workers), then watch /ready from the
     // moment the restarted process listens.
     let env = [("WORKER_COUNT", "0"), ("QUEUE_MAXSIZE", "1000000")];
-    let hb = Hookbox::start(&env);
+    let hb = Hookbox::restart(routed_dir(), &env);
     let url = format!("{}/webhooks", hb.url);
     std::thread::scope(|s| {
         for t in 0..8 {

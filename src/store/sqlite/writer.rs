@@ -329,15 +329,23 @@ fn summary_of(e: &NewEvent) -> EventSummary {
 fn insert_events(script: &mut QueryBuilder<Sqlite>, events: &[&NewEvent]) {
     script.push(
         "INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256, \
-         created_at, updated_at) ",
+         status, created_at, updated_at) ",
     );
     script.push_values(events, |mut row, e| {
         let created = e.created_at.to_rfc3339();
+        // An event no handler routes is complete at once (SPEC §3); the answer to
+        // its POST still says `pending`, the status every new event is accepted in.
+        let status = if e.deliveries.is_empty() {
+            Status::Completed
+        } else {
+            Status::Pending
+        };
         row.push_bind(e.id.to_string())
             .push_bind(e.idempotency_key.clone())
             .push_bind(e.event_type.clone())
             .push_bind(e.payload.clone())
             .push_bind(e.payload_sha256.clone())
+            .push_bind(status.as_str())
             .push_bind(created.clone())
             .push_bind(created);
     });
