@@ -91,6 +91,21 @@ pub struct Page<T> {
     pub next_cursor: Option<String>,
 }
 
+/// Cuts a page fetched with `limit + 1` rows down to `limit`: the extra row only
+/// says that there is more, and the last kept row's id is the next cursor.
+pub(crate) fn cut_page<T>(
+    items: &mut Vec<T>,
+    limit: u32,
+    id: impl Fn(&T) -> Uuid,
+) -> Option<String> {
+    let limit = limit as usize;
+    if items.len() <= limit {
+        return None;
+    }
+    items.truncate(limit);
+    items.last().map(|x| id(x).to_string())
+}
+
 /// Everything hookbox persists.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {

@@ -150,12 +150,7 @@ impl Store for SqliteStore {
             .iter()
             .map(rows::event_view)
             .collect::<Result<Vec<_>, _>>()?;
-        let next_cursor = if items.len() > query.limit as usize {
-            items.truncate(query.limit as usize);
-            items.last().map(|e| e.id.to_string())
-        } else {
-            None
-        };
+        let next_cursor = super::cut_page(&mut items, query.limit, |x| x.id);
         rows::attach_deliveries(&self.read, &mut items).await?;
         Ok(Page { items, next_cursor })
     }
@@ -283,12 +278,7 @@ impl Store for SqliteStore {
             .iter()
             .map(rows::dead_letter)
             .collect::<Result<Vec<_>, _>>()?;
-        let next_cursor = if items.len() > limit as usize {
-            items.truncate(limit as usize);
-            items.last().map(|d| d.id.to_string())
-        } else {
-            None
-        };
+        let next_cursor = super::cut_page(&mut items, limit, |x| x.id);
         Ok(Page { items, next_cursor })
     }
 
