@@ -91,6 +91,39 @@ pub struct Page<T> {
     pub next_cursor: Option<String>,
 }
 
+/// SQL that both backends run as it is (`$N` placeholders work in SQLite too).
+pub(crate) mod sql {
+    /// The numbers behind the gauges: `pending`, `dead`, `oldest`.
+    pub(crate) const STATS: &str = "SELECT \
+        (SELECT COUNT(*) FROM events WHERE status IN ('pending', 'processing')) AS pending, \
+        (SELECT COUNT(*) FROM deliveries WHERE status = 'failed') AS dead, \
+        (SELECT MIN(created_at) FROM events WHERE status IN ('pending', 'processing')) AS oldest";
+
+    /// Inserts a subscriber unless its name is taken; binds: name, event_types,
+    /// url, secret, ordering_key, max_attempts, backoff, active, created_at,
+    /// updated_at.
+    pub(crate) const INSERT_SUBSCRIBER: &str = "INSERT INTO subscribers (name, event_types, \
+        url, secret, ordering_key, max_attempts, backoff, active, created_at, updated_at) \
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (name) DO NOTHING";
+
+    /// Replaces a subscriber; the same binds as [`INSERT_SUBSCRIBER`] ($9 unused).
+    pub(crate) const UPDATE_SUBSCRIBER: &str = "UPDATE subscribers SET event_types = $2, \
+        url = $3, secret = $4, ordering_key = $5, max_attempts = $6, backoff = $7, \
+        active = $8, updated_at = $10 WHERE name = $1";
+}
+
+/// A subscriber's `event_types` and `backoff` as the JSON text both stores keep.
+pub(crate) fn subscriber_lists(
+    s: &crate::model::Subscriber,
+) -> Result<(String, Option<String>), StoreError> {
+    let json =
+        |v: &Vec<String>| serde_json::to_string(v).map_err(|e| StoreError::Corrupt(e.to_string()));
+    Ok((
+        json(&s.event_types)?,
+        s.backoff.as_ref().map(json).transpose()?,
+    ))
+}
+
 /// Cuts a page fetched with `limit + 1` rows down to `limit`: the extra row only
 /// says that there is more, and the last kept row's id is the next cursor.
 pub(crate) fn cut_page<T>(

@@ -315,15 +315,7 @@ impl Store for PgStore {
     }
 
     async fn stats(&self) -> Result<Stats, StoreError> {
-        let row = sqlx::query(
-            "SELECT \
-               (SELECT COUNT(*) FROM events WHERE status IN ('pending', 'processing')) AS pending, \
-               (SELECT COUNT(*) FROM deliveries WHERE status = 'failed') AS dead, \
-               (SELECT MIN(created_at) FROM events \
-                WHERE status IN ('pending', 'processing')) AS oldest",
-        )
-        .fetch_one(&self.pool)
-        .await?;
+        let row = sqlx::query(super::sql::STATS).fetch_one(&self.pool).await?;
         let count = |col: &str| -> Result<u64, StoreError> {
             let n: i64 = row.try_get(col)?;
             Ok(u64::try_from(n).unwrap_or(0))
@@ -434,18 +426,11 @@ impl PgStore {
     /// Inserts (or, with `replace`, updates) a subscriber; false when the name is
     /// taken (insert) or unknown (update).
     async fn save_subscriber(&self, s: Subscriber, replace: bool) -> Result<bool, StoreError> {
-        let json = |v: &Vec<String>| {
-            serde_json::to_string(v).map_err(|e| StoreError::Corrupt(e.to_string()))
-        };
-        let event_types = json(&s.event_types)?;
-        let backoff = s.backoff.as_ref().map(json).transpose()?;
+        let (event_types, backoff) = super::subscriber_lists(&s)?;
         let sql = if replace {
-            "UPDATE subscribers SET event_types = $2, url = $3, secret = $4, ordering_key = $5, \
-             max_attempts = $6, backoff = $7, active = $8, updated_at = $10 WHERE name = $1"
+            super::sql::UPDATE_SUBSCRIBER
         } else {
-            "INSERT INTO subscribers (name, event_types, url, secret, ordering_key, max_attempts, \
-             backoff, active, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
-             ON CONFLICT (name) DO NOTHING"
+            super::sql::INSERT_SUBSCRIBER
         };
         let done = sqlx::query(sql)
             .bind(s.name)

@@ -237,15 +237,7 @@ impl Store for SqliteStore {
     }
 
     async fn stats(&self) -> Result<Stats, StoreError> {
-        let row = sqlx::query(
-            "SELECT \
-               (SELECT COUNT(*) FROM events WHERE status IN ('pending', 'processing')) AS pending, \
-               (SELECT COUNT(*) FROM deliveries WHERE status = 'failed') AS dead, \
-               (SELECT MIN(created_at) FROM events \
-                WHERE status IN ('pending', 'processing')) AS oldest",
-        )
-        .fetch_one(&self.read)
-        .await?;
+        let row = sqlx::query(super::sql::STATS).fetch_one(&self.read).await?;
         let count = |col: &str| -> Result<u64, StoreError> {
             let n: i64 = sqlx::Row::try_get(&row, col)?;
             Ok(u64::try_from(n).unwrap_or(0))

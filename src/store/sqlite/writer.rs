@@ -449,21 +449,11 @@ pub(super) async fn save_subscriber(
     s: Subscriber,
     replace: bool,
 ) -> Result<bool, StoreError> {
-    let event_types =
-        serde_json::to_string(&s.event_types).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    let backoff = s
-        .backoff
-        .as_ref()
-        .map(serde_json::to_string)
-        .transpose()
-        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let (event_types, backoff) = crate::store::subscriber_lists(&s)?;
     let sql = if replace {
-        "UPDATE subscribers SET event_types = ?2, url = ?3, secret = ?4, ordering_key = ?5, \
-         max_attempts = ?6, backoff = ?7, active = ?8, updated_at = ?10 WHERE name = ?1"
+        crate::store::sql::UPDATE_SUBSCRIBER
     } else {
-        "INSERT INTO subscribers (name, event_types, url, secret, ordering_key, max_attempts, \
-         backoff, active, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
-         ON CONFLICT (name) DO NOTHING"
+        crate::store::sql::INSERT_SUBSCRIBER
     };
     let done = sqlx::query(sql)
         .bind(s.name)
