@@ -204,6 +204,19 @@ fn accepted(status: StatusCode, event: &EventSummary) -> Response {
     res
 }
 
+/// The answer to a key that was already taken: the stored event (200) when the
+/// request asked for the same thing, else 422.
+fn duplicate(stored: &EventSummary, asked: &str) -> Result<Response, Problem> {
+    if fingerprint(&stored.event_type, &stored.payload_sha256) != asked {
+        return Err(idempotency::reused());
+    }
+    metrics::counter!(names::EVENTS_DUPLICATE).increment(1);
+    let mut res = accepted(StatusCode::OK, stored);
+    res.headers_mut()
+        .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    Ok(res)
+}
+
 /// Counts refused intake requests in `hookbox_events_rejected_total{reason}` by their
 /// problem code (the outermost layer of the intake route, so 429s count too).
 pub async fn count_rejections(res: Response) -> Response {
@@ -252,39 +265,36 @@ pub async fn intake(
             app.dispatch.submit(released);
         }
     };
+    let asked = parsed.fingerprint();
     let event = NewEvent {
         id,
-        idempotency_key: parsed.key.clone().unwrap_or_else(|| id.to_string()),
-        event_type: parsed.event_type.clone(),
-        payload: parsed.canonical.clone(),
-        payload_sha256: parsed.payload_sha256.clone(),
+        idempotency_key: parsed.key.unwrap_or_else(|| id.to_string()),
+        event_type: parsed.event_type,
+        payload: parsed.canonical,
+        payload_sha256: parsed.payload_sha256,
         created_at: Timestamp::now(),
         deliveries,
     };
     let jobs = Job::for_new_event(&event);
-    let inserted = app.store.insert_event(event).await;
-    let Ok(Inserted {
-        event: stored,
-        created,
-    }) = inserted
-    else {
-        forget();
-        let e = inserted.err().map(|e| e.to_string()).unwrap_or_default();
-        return Err(Problem::unavailable(format!(
-            "the event was not stored: {e}"
-        )));
-    };
-    if !created {
-        forget();
-        if fingerprint(&stored.event_type, &stored.payload_sha256) != parsed.fingerprint() {
-            return Err(idempotency::reused());
+    let stored = match app.store.insert_event(event).await {
+        Ok(Inserted {
+            event,
+            created: true,
+        }) => event,
+        Ok(Inserted {
+            event,
+            created: false,
+        }) => {
+            forget();
+            return duplicate(&event, &asked);
         }
-        metrics::counter!(names::EVENTS_DUPLICATE).increment(1);
-        let mut res = accepted(StatusCode::OK, &stored);
-        res.headers_mut()
-            .insert("idempotent-replayed", HeaderValue::from_static("true"));
-        return Ok(res);
-    }
+        Err(e) => {
+            forget();
+            return Err(Problem::unavailable(format!(
+                "the event was not stored: {e}"
+            )));
+        }
+    };
     let label = if registry.is_routed(&stored.event_type) {
         stored.event_type.clone()
     } else {
