@@ -691,37 +691,19 @@ async fn run_e2e(args: E2eArgs) -> Result<ExitCode, BoxError> {
     }
 
     let run_id = uuid::Uuid::now_v7().to_string();
+    let bodies = vec![event_body(
+        &args.event_type,
+        &run_id,
+        args.common.payload_bytes,
+    )?];
     let started = Instant::now();
     let deadline = started + args.timeout;
-    let shared = Arc::new(Shared {
-        path: target.path("/webhooks"),
-        bodies: vec![event_body(
-            &args.event_type,
-            &run_id,
-            args.common.payload_bytes,
-        )?],
-        target: Arc::clone(&target),
-        run_id,
-        budget: Budget::Count {
-            total: args.events,
-            deadline,
-            next: AtomicU64::new(0),
-        },
-        retry_rejected: true,
-        responses: AtomicU64::new(0),
-        accepted: AtomicU64::new(0),
-    });
-
-    let bar = progress_bar(
-        args.events,
-        "{spinner} e2e post [{bar:30}] {pos}/{len} accepted  {msg}",
-    );
-    let progress = spawn_progress(bar.clone(), Arc::clone(&shared), started, |shared, _| {
-        shared.accepted.load(Ordering::Relaxed)
-    });
-    let stats = post_events(Arc::clone(&shared), args.common.connections).await;
-    progress.abort();
-    bar.finish_and_clear();
+    let plan = Posting {
+        total: args.events,
+        deadline,
+        connections: args.common.connections,
+    };
+    let stats = post_counted(&target, run_id, bodies, &plan, started, "e2e").await;
     let mut stats = stats?;
     let posting = started.elapsed();
 
@@ -1063,6 +1045,49 @@ async fn run_deliver(args: DeliverArgs) -> Result<ExitCode, BoxError> {
     outcome
 }
 
+/// How many events to post, by when, over how many connections.
+struct Posting {
+    total: u64,
+    deadline: Instant,
+    connections: u64,
+}
+
+/// Posts `posting.total` events (the bodies in turn, 429s and failures retried with
+/// the same key) with a progress bar labelled `mode`.
+async fn post_counted(
+    target: &Arc<Target>,
+    run_id: String,
+    bodies: Vec<Bytes>,
+    posting: &Posting,
+    started: Instant,
+    mode: &str,
+) -> Result<Stats, BoxError> {
+    let shared = Arc::new(Shared {
+        path: target.path("/webhooks"),
+        bodies,
+        target: Arc::clone(target),
+        run_id,
+        budget: Budget::Count {
+            total: posting.total,
+            deadline: posting.deadline,
+            next: AtomicU64::new(0),
+        },
+        retry_rejected: true,
+        responses: AtomicU64::new(0),
+        accepted: AtomicU64::new(0),
+    });
+    let template =
+        format!("{{spinner}} {mode} post [{{bar:30}}] {{pos}}/{{len}} accepted  {{msg}}");
+    let bar = progress_bar(posting.total, &template);
+    let progress = spawn_progress(bar.clone(), Arc::clone(&shared), started, |shared, _| {
+        shared.accepted.load(Ordering::Relaxed)
+    });
+    let stats = post_events(shared, posting.connections).await;
+    progress.abort();
+    bar.finish_and_clear();
+    stats
+}
+
 /// Posts the events and waits for the deliveries (the subscribers exist).
 async fn deliver_events(
     args: &DeliverArgs,
@@ -1076,30 +1101,12 @@ async fn deliver_events(
         .collect::<Result<Vec<_>, _>>()?;
     let started = Instant::now();
     let deadline = started + args.timeout;
-    let shared = Arc::new(Shared {
-        path: target.path("/webhooks"),
-        bodies,
-        target: Arc::clone(target),
-        run_id,
-        budget: Budget::Count {
-            total: args.events,
-            deadline,
-            next: AtomicU64::new(0),
-        },
-        retry_rejected: true,
-        responses: AtomicU64::new(0),
-        accepted: AtomicU64::new(0),
-    });
-    let bar = progress_bar(
-        args.events,
-        "{spinner} deliver post [{bar:30}] {pos}/{len} accepted  {msg}",
-    );
-    let progress = spawn_progress(bar.clone(), Arc::clone(&shared), started, |shared, _| {
-        shared.accepted.load(Ordering::Relaxed)
-    });
-    let stats = post_events(Arc::clone(&shared), args.common.connections).await;
-    progress.abort();
-    bar.finish_and_clear();
+    let plan = Posting {
+        total: args.events,
+        deadline,
+        connections: args.common.connections,
+    };
+    let stats = post_counted(target, run_id, bodies, &plan, started, "deliver").await;
     let stats = stats?;
     let posting = started.elapsed();
     let accepted = stats.accepted();
