@@ -83,8 +83,11 @@ impl<T> Queue<T> {
         let before = guard.items.len();
         guard.items.extend(jobs);
         let added = guard.items.len() - before;
-        drop(guard);
+        // Counted before the lock is released: a worker could otherwise take a job
+        // and give its place back first, and the depth would wrap below zero (read
+        // as "overloaded" by intake for that instant).
         self.depth.fetch_add(added, Ordering::Relaxed);
+        drop(guard);
         for _ in 0..added.min(1024) {
             self.ready.notify_one();
         }
@@ -166,5 +169,59 @@ impl<T> Drop for Lease<T> {
     fn drop(&mut self) {
         self.queue.depth.fetch_sub(1, Ordering::Relaxed);
         self.queue.freed.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Jobs pushed with `extend` while workers take and finish them at once: the
+    /// depth must never read more than what was ever pushed (a wrap below zero
+    /// reads as a huge depth, which intake would answer with 429).
+    #[test]
+    fn depth_never_wraps_while_workers_race_extend() {
+        const JOBS: usize = 200_000;
+        let queue = Queue::<usize>::new(JOBS);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .expect("runtime");
+        let max_seen = rt.block_on(async {
+            let mut workers = Vec::new();
+            for _ in 0..4 {
+                let q = queue.clone();
+                workers.push(tokio::spawn(async move {
+                    while let Some(lease) = q.take().await {
+                        drop(lease);
+                    }
+                }));
+            }
+            let watcher = {
+                let q = queue.clone();
+                std::thread::spawn(move || {
+                    let mut max = 0;
+                    while !q.lock().closed {
+                        max = max.max(q.depth());
+                    }
+                    max
+                })
+            };
+            for i in 0..JOBS {
+                queue.extend([i]);
+                if i % 64 == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+            while queue.depth() > 0 {
+                tokio::task::yield_now().await;
+            }
+            queue.close();
+            for w in workers {
+                w.await.expect("worker");
+            }
+            watcher.join().expect("watcher")
+        });
+        assert!(max_seen <= JOBS, "depth wrapped below zero: read {max_seen}");
     }
 }
