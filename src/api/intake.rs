@@ -10,7 +10,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
+use axum::Json;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tower::BoxError;
@@ -227,20 +227,26 @@ pub async fn count_rejections(res: Response) -> Response {
 }
 
 /// The intake handler (behind the backpressure and idempotency layers).
+///
+/// It takes the [`ParsedIntake`] the idempotency layer left in the request's
+/// extensions (moved out, not copied: it holds the payload twice); without that
+/// layer in front it reads and parses the body itself.
 pub async fn intake(
     State(app): State<AppState>,
-    parsed: Option<Extension<ParsedIntake>>,
-    headers: HeaderMap,
-    body: Bytes,
+    request: axum::extract::Request,
 ) -> Result<Response, Problem> {
     if app.lifecycle.is_draining() {
         return Err(Problem::unavailable(
             "shutting down; retry on another instance",
         ));
     }
-    let parsed = match parsed {
-        Some(Extension(p)) => p,
-        None => parse(&headers, &body, app.require_idempotency_key)?,
+    let (mut parts, body) = request.into_parts();
+    let parsed = match parts.extensions.remove::<ParsedIntake>() {
+        Some(p) => p,
+        None => {
+            let body = idempotency::buffer(&parts.headers, body, app.max_body_bytes).await?;
+            parse(&parts.headers, &body, app.require_idempotency_key)?
+        }
     };
     let id = Uuid::now_v7();
     let registry = app.registry.current();
