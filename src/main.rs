@@ -10,6 +10,12 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use hookbox::config::Config;
 
+/// mimalloc instead of the system allocator: a request allocates and frees many
+/// small buffers on one worker thread and frees some on another, where glibc's
+/// malloc spent about a fifth of the intake path's instructions (callgrind).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// hookbox — a webhook inbox and delivery service.
 ///
 /// Configuration comes from built-in defaults, then config/hookbox.toml (or the file
