@@ -6,7 +6,7 @@
 //! caller. If a batch fails, its operations are retried one transaction each, so one
 //! bad operation fails alone.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use futures_util::future::BoxFuture;
 use sqlx::{Connection, QueryBuilder, Sqlite, SqliteConnection};
@@ -194,7 +194,7 @@ async fn commit(
         settle(&mut script, chunk);
     }
     script.push("COMMIT;");
-    let rows = match script.build().persistent(false).fetch_all(&mut *conn).await {
+    let rows = match script.build().persistent(true).fetch_all(&mut *conn).await {
         Ok(rows) => rows,
         Err(e) => {
             // The script stopped at the failing statement; undo what it began.
@@ -202,26 +202,34 @@ async fn commit(
             return Err(e.into());
         }
     };
-    let inserted: HashSet<Uuid> = rows
-        .iter()
-        .map(|r| rows::uuid(r, "id"))
-        .collect::<Result<_, _>>()?;
-    let taken: Vec<&str> = events
-        .iter()
-        .filter(|e| !inserted.contains(&e.id))
-        .map(|e| e.idempotency_key.as_str())
-        .collect();
-    let existing = find_keys(conn, &taken).await?;
+    // One row per events statement: how many of its rows went in. Only where some
+    // did not (their key was taken) are the keys looked up, after the commit.
+    let mut unsure: Vec<&str> = Vec::new();
+    for (chunk, row) in events.chunks(ROWS_PER_STATEMENT).zip(&rows) {
+        let went_in: i64 = sqlx::Row::try_get(row, 0)?;
+        if usize::try_from(went_in).ok() != Some(chunk.len()) {
+            unsure.extend(chunk.iter().map(|e| e.idempotency_key.as_str()));
+        }
+    }
+    let existing = find_keys(conn, &unsure).await?;
     let mut results = Vec::with_capacity(ops.len());
     for op in ops {
         results.push(match op {
             Write::Settle(..) | Write::Start(..) | Write::Finish(..) | Write::Solo(_) => {
                 Ok(Done::Unit)
             }
-            Write::Insert(e, _) if inserted.contains(&e.id) => Ok(Done::Inserted(Inserted {
-                event: summary_of(e),
-                created: true,
-            })),
+            // Either its statement inserted every row, or the row holding its key
+            // is this event.
+            Write::Insert(e, _)
+                if existing
+                    .get(&e.idempotency_key)
+                    .is_none_or(|stored| stored.id == e.id) =>
+            {
+                Ok(Done::Inserted(Inserted {
+                    event: summary_of(e),
+                    created: true,
+                }))
+            }
             Write::Insert(e, _) => existing
                 .get(&e.idempotency_key)
                 .cloned()
@@ -325,7 +333,7 @@ fn summary_of(e: &NewEvent) -> EventSummary {
     }
 }
 
-/// One multi-row INSERT that skips taken keys and returns the ids it inserted.
+/// One multi-row INSERT that skips taken keys, then a row with how many it inserted.
 fn insert_events(script: &mut QueryBuilder<Sqlite>, events: &[&NewEvent]) {
     script.push(
         "INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256, \
@@ -349,7 +357,7 @@ fn insert_events(script: &mut QueryBuilder<Sqlite>, events: &[&NewEvent]) {
             .push_bind(created.clone())
             .push_bind(created);
     });
-    script.push(" ON CONFLICT (idempotency_key) DO NOTHING RETURNING id;");
+    script.push(" ON CONFLICT (idempotency_key) DO NOTHING; SELECT changes();");
 }
 
 /// The deliveries of the events that were inserted (an event whose key was taken
