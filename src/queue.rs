@@ -222,6 +222,9 @@ mod tests {
             }
             watcher.join().expect("watcher")
         });
-        assert!(max_seen <= JOBS, "depth wrapped below zero: read {max_seen}");
+        assert!(
+            max_seen <= JOBS,
+            "depth wrapped below zero: read {max_seen}"
+        );
     }
 }
