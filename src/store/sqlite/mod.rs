@@ -28,6 +28,9 @@ use crate::model::{DeadLetter, DeliveryTask, EventView, Finish, NewEvent, Subscr
 use rows::{EVENT_COLUMNS, SUMMARY_COLUMNS};
 use writer::Write;
 
+/// Compiled statements the write connection keeps (see [`SqliteStore::open`]).
+const WRITER_STATEMENT_CACHE: usize = 48;
+
 /// How many write requests may wait for the writer before callers wait to enqueue.
 const WRITE_BACKLOG: usize = 16_384;
 
@@ -57,7 +60,10 @@ impl SqliteStore {
             .clone()
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            .statement_cache_capacity(256)
+            // The writer caches its group-commit scripts, one per batch shape; a
+            // compiled script of many rows takes ~100 KB, so the cache is kept small
+            // (measured RSS after the e2e and deliver benchmarks: 85 MB with 256).
+            .statement_cache_capacity(WRITER_STATEMENT_CACHE)
             .connect()
             .await?;
         migrate(&mut conn).await?;
