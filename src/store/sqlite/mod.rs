@@ -31,6 +31,9 @@ use writer::Write;
 /// Compiled statements the write connection keeps (see [`SqliteStore::open`]).
 const WRITER_STATEMENT_CACHE: usize = 48;
 
+/// WAL pages after which a commit checkpoints (see [`SqliteStore::open`]).
+const WAL_AUTOCHECKPOINT_PAGES: u32 = 10_000;
+
 /// How many write requests may wait for the writer before callers wait to enqueue.
 const WRITE_BACKLOG: usize = 16_384;
 
@@ -64,6 +67,11 @@ impl SqliteStore {
             // compiled script of many rows takes ~100 KB, so the cache is kept small
             // (measured RSS after the e2e and deliver benchmarks: 85 MB with 256).
             .statement_cache_capacity(WRITER_STATEMENT_CACHE)
+            // Checkpoint every 10,000 WAL pages (~40 MB) instead of SQLite's 1,000: the
+            // pages every commit rewrites (index leaves, the table's last page) are
+            // copied into the database once per checkpoint instead of ten times
+            // (measured: 7% less writer time per row on the ingest benchmark).
+            .pragma("wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES.to_string())
             .connect()
             .await?;
         migrate(&mut conn).await?;
