@@ -279,3 +279,63 @@ fn fifty_concurrent_posts_with_one_key_make_one_event(db: &Db) {
     assert_eq!(list["items"].as_array().expect("items").len(), 1);
 }
 }
+
+on_both_backends! {
+fn a_burst_of_new_and_taken_keys_gets_one_answer_each(db: &Db) {
+    // Taken and new keys arrive together, so they share group commits: every new
+    // key must be 202 with an event of its own, every taken one 200 with the stored
+    // event, whatever else was in its batch.
+    let hb = Hookbox::start(&db.env(&[]));
+    let stored: Vec<String> = (0..10)
+        .map(|i| {
+            let r = hb.post(&order(i), &[("Idempotency-Key", &format!("taken-{i}"))]);
+            assert_eq!(r.status, 202, "{}", r.text);
+            r.json()["id"].as_str().expect("id").to_owned()
+        })
+        .collect();
+    let url = format!("{}/webhooks", hb.url);
+    let posts: Vec<(String, u32)> = (0..20)
+        .map(|i| (format!("taken-{}", i % 10), i % 10))
+        .chain((0..40).map(|i| (format!("new-{i}"), 100 + i)))
+        .collect();
+    let answers: Vec<(String, u16, String)> = std::thread::scope(|s| {
+        let handles: Vec<_> = posts
+            .iter()
+            .map(|(key, n)| {
+                let url = url.clone();
+                s.spawn(move || {
+                    let res = client()
+                        .post(url)
+                        .header("content-type", "application/json")
+                        .header("Idempotency-Key", key.as_str())
+                        .body(order(*n).to_string())
+                        .send()
+                        .expect("send");
+                    let status = res.status().as_u16();
+                    let body: serde_json::Value = res.json().expect("json");
+                    (key.clone(), status, body["id"].as_str().expect("id").to_owned())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("thread"))
+            .collect()
+    });
+    let mut new_ids = std::collections::HashSet::new();
+    for (key, status, id) in &answers {
+        if let Some(i) = key.strip_prefix("taken-") {
+            let i: usize = i.parse().expect("index");
+            assert_eq!((*status, id), (200, &stored[i]), "{key}");
+        } else {
+            assert_eq!(*status, 202, "{key}");
+            assert!(!stored.contains(id) && new_ids.insert(id.clone()), "{key}: {id}");
+            let by_key = hb.get(&format!("/webhooks?idempotency_key={key}")).expect("get");
+            assert_eq!(by_key.json()["id"].as_str(), Some(id.as_str()), "{key}");
+        }
+    }
+    assert_eq!(new_ids.len(), 40);
+    let list = hb.get("/webhooks?limit=500").expect("list").json();
+    assert_eq!(list["items"].as_array().expect("items").len(), 50);
+}
+}
