@@ -207,6 +207,13 @@ async fn commit(
     };
     // One row per events statement: how many of its rows went in. Only where some
     // did not (their key was taken) are the keys looked up, after the commit.
+    if rows.len() != events.len().div_ceil(ROWS_PER_STATEMENT) {
+        return Err(StoreError::Corrupt(format!(
+            "{} insert counts for {} events",
+            rows.len(),
+            events.len()
+        )));
+    }
     let mut unsure: Vec<&str> = Vec::new();
     for (chunk, row) in events.chunks(ROWS_PER_STATEMENT).zip(&rows) {
         let went_in: i64 = sqlx::Row::try_get(row, 0)?;
