@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::harness::{Hookbox, client, new_dir, on_both_backends, write};
+use crate::harness::{Hookbox, client, eventually, new_dir, on_both_backends, write};
 
 /// A fresh directory whose `log` handler routes the `t` events these tests post, so
 /// that they leave deliveries for recovery (an unrouted event completes at once).
@@ -110,6 +110,11 @@ fn ready_is_503_until_recovery_is_done_then_200() {
         }
     }
     assert_eq!(seen.last(), Some(&200), "never ready: {seen:?}");
+    // stderr is read by a thread of the harness, which may still be behind the
+    // thousands of request lines the polling above logged.
+    eventually(Duration::from_secs(10), "the ready line in the log", || {
+        hb.logs().iter().any(|l| l.contains(" ready")).then_some(())
+    });
     let ready_before_recovery = hb
         .logs()
         .iter()
