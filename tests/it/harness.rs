@@ -252,6 +252,43 @@ impl Reply {
 }
 
 /// A shared blocking client.
+/// POSTs one event to the hookbox at `base_url`, with `key` as its Idempotency-Key;
+/// the answer's status and JSON body.
+pub fn post_to(base_url: &str, body: &Value, key: Option<&str>) -> (u16, Value) {
+    let mut req = client()
+        .post(format!("{base_url}/webhooks"))
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    if let Some(key) = key {
+        req = req.header("Idempotency-Key", key);
+    }
+    let res = req.send().expect("send");
+    let status = res.status().as_u16();
+    (status, res.json().expect("json"))
+}
+
+/// Sends every `(base_url, body, key)` POST at once, one thread each, released
+/// together by a barrier; the answers in the order of `posts`.
+pub fn post_all(posts: &[(String, Value, Option<String>)]) -> Vec<(u16, Value)> {
+    let barrier = std::sync::Barrier::new(posts.len());
+    std::thread::scope(|s| {
+        let handles: Vec<_> = posts
+            .iter()
+            .map(|(url, body, key)| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    post_to(url, body, key.as_deref())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("thread"))
+            .collect()
+    })
+}
+
 pub fn client() -> reqwest::blocking::Client {
     static CLIENT: std::sync::OnceLock<reqwest::blocking::Client> = std::sync::OnceLock::new();
     CLIENT

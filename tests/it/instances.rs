@@ -3,26 +3,11 @@
 //! and strict ordering across instances.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::harness::{Db, Hookbox, client, eventually, exec_manifest, new_dir, script};
-
-/// POSTs one event to `url`; the answer's status and body.
-fn post_to(url: &str, body: &Value, key: Option<&str>) -> (u16, Value) {
-    let mut req = client()
-        .post(format!("{url}/webhooks"))
-        .header("content-type", "application/json")
-        .body(body.to_string());
-    if let Some(key) = key {
-        req = req.header("Idempotency-Key", key);
-    }
-    let res = req.send().expect("send");
-    let status = res.status().as_u16();
-    (status, res.json().expect("json"))
-}
+use crate::harness::{Db, Hookbox, eventually, exec_manifest, new_dir, post_all, post_to, script};
 
 #[test]
 fn three_instances_complete_every_event_when_one_is_killed_9() {
@@ -139,27 +124,12 @@ fn one_key_posted_to_two_instances_at_once_makes_one_event() {
     let b = Hookbox::restart(dir, &db.env(&[]));
     for round in 0..20 {
         let key = format!("race-{round}");
-        let barrier = Barrier::new(4);
-        let answers: Vec<(u16, Value)> = std::thread::scope(|s| {
-            let handles: Vec<_> = [&a.url, &b.url, &a.url, &b.url]
-                .into_iter()
-                .map(|url| {
-                    let (barrier, key) = (&barrier, &key);
-                    s.spawn(move || {
-                        barrier.wait();
-                        post_to(
-                            url,
-                            &json!({"event_type": "race", "payload": {"round": round}}),
-                            Some(key),
-                        )
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("thread"))
-                .collect()
-        });
+        let body = json!({"event_type": "race", "payload": {"round": round}});
+        let posts: Vec<_> = [&a.url, &b.url, &a.url, &b.url]
+            .into_iter()
+            .map(|url| (url.clone(), body.clone(), Some(key.clone())))
+            .collect();
+        let answers = post_all(&posts);
         let created = answers.iter().filter(|(s, _)| *s == 202).count();
         assert_eq!(created, 1, "{answers:?}");
         assert!(

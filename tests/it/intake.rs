@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::harness::{Hookbox, client, eventually, on_both_backends};
+use crate::harness::{Hookbox, client, eventually, on_both_backends, post_all};
 
 fn order(n: u32) -> serde_json::Value {
     json!({"event_type": "order.created", "payload": {"order": n, "items": ["a", "b"]}})
@@ -246,30 +246,11 @@ fn a_full_queue_answers_429_and_stores_nothing(db: &Db) {
 on_both_backends! {
 fn fifty_concurrent_posts_with_one_key_make_one_event(db: &Db) {
     let hb = Hookbox::start(&db.env(&[]));
-    let url = format!("{}/webhooks", hb.url);
-    let answers: Vec<(u16, String)> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..50)
-            .map(|_| {
-                let url = url.clone();
-                s.spawn(move || {
-                    let res = client()
-                        .post(url)
-                        .header("content-type", "application/json")
-                        .header("Idempotency-Key", "contended")
-                        .body(order(7).to_string())
-                        .send()
-                        .expect("send");
-                    let status = res.status().as_u16();
-                    let body: serde_json::Value = res.json().expect("json");
-                    (status, body["id"].as_str().expect("id").to_owned())
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("thread"))
-            .collect()
-    });
+    let posts = vec![(hb.url.clone(), order(7), Some("contended".to_owned())); 50];
+    let answers: Vec<(u16, String)> = post_all(&posts)
+        .into_iter()
+        .map(|(status, body)| (status, body["id"].as_str().expect("id").to_owned()))
+        .collect();
     let created = answers.iter().filter(|(s, _)| *s == 202).count();
     assert_eq!(created, 1, "{answers:?}");
     assert!(answers.iter().all(|(s, _)| *s == 202 || *s == 200));
@@ -293,35 +274,21 @@ fn a_burst_of_new_and_taken_keys_gets_one_answer_each(db: &Db) {
             r.json()["id"].as_str().expect("id").to_owned()
         })
         .collect();
-    let url = format!("{}/webhooks", hb.url);
-    let posts: Vec<(String, u32)> = (0..20)
+    let keys: Vec<(String, u32)> = (0..20)
         .map(|i| (format!("taken-{}", i % 10), i % 10))
         .chain((0..40).map(|i| (format!("new-{i}"), 100 + i)))
         .collect();
-    let answers: Vec<(String, u16, String)> = std::thread::scope(|s| {
-        let handles: Vec<_> = posts
-            .iter()
-            .map(|(key, n)| {
-                let url = url.clone();
-                s.spawn(move || {
-                    let res = client()
-                        .post(url)
-                        .header("content-type", "application/json")
-                        .header("Idempotency-Key", key.as_str())
-                        .body(order(*n).to_string())
-                        .send()
-                        .expect("send");
-                    let status = res.status().as_u16();
-                    let body: serde_json::Value = res.json().expect("json");
-                    (key.clone(), status, body["id"].as_str().expect("id").to_owned())
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("thread"))
-            .collect()
-    });
+    let posts: Vec<_> = keys
+        .iter()
+        .map(|(key, n)| (hb.url.clone(), order(*n), Some(key.clone())))
+        .collect();
+    let answers: Vec<(&String, u16, String)> = keys
+        .iter()
+        .zip(post_all(&posts))
+        .map(|((key, _), (status, body))| {
+            (key, status, body["id"].as_str().expect("id").to_owned())
+        })
+        .collect();
     let mut new_ids = std::collections::HashSet::new();
     for (key, status, id) in &answers {
         if let Some(i) = key.strip_prefix("taken-") {
