@@ -18,7 +18,8 @@
 //! ```
 //!
 //! Every problem names the file and the field. Unknown fields are errors (a typo in
-//! `max_atempts` must not silently fall back to the default).
+//! `max_atempts` must not silently fall back to the default). Durations (`backoff`,
+//! `timeout`) over 30 days are refused.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -29,7 +30,7 @@ use serde::Deserialize;
 
 use super::kinds::{exec, http, log};
 use super::{Pattern, Registry, Route};
-use crate::config::parse_duration;
+use crate::config::parse_limited_duration;
 use crate::retry::Policy;
 use crate::signing::Secret;
 use crate::ssrf::TargetGuard;
@@ -252,9 +253,10 @@ pub fn load_file(file: &Path, ctx: &Context) -> Result<Route, ManifestError> {
 fn policy(m: &Manifest, defaults: &Policy) -> Result<Policy, (&'static str, String)> {
     let mut p = super::overrides(defaults, m.max_attempts, m.backoff.as_deref())?;
     if let Some(t) = &m.timeout {
-        match parse_duration(t) {
-            Some(d) if !d.is_zero() => p.timeout = d,
-            _ => return Err(("timeout", format!("{t:?} is not a duration above 0"))),
+        match parse_limited_duration(t) {
+            Ok(d) if !d.is_zero() => p.timeout = d,
+            Ok(_) => return Err(("timeout", format!("{t:?}: expected a duration above 0"))),
+            Err(e) => return Err(("timeout", format!("{t:?}: {e}"))),
         }
     }
     Ok(p)
@@ -342,4 +344,68 @@ pub fn table(registry: &Registry) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::MAX_DURATION;
+    use crate::retry::Backoff;
+    use proptest::prelude::*;
+
+    fn ctx() -> Context {
+        Context {
+            policy: super::super::default_policy(),
+            guard: Arc::new(TargetGuard::default()),
+            client: reqwest::Client::new(),
+            env: Arc::new(|name: &str| (name == "PATH").then(|| "/bin".to_owned())),
+        }
+    }
+
+    /// Writes a log manifest with these `backoff` and `timeout` values and loads it.
+    fn load_with(backoff: &[String], timeout: &str) -> Result<Route, ManifestError> {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut doc = toml::Table::new();
+        doc.insert("event_types".into(), vec!["a".to_owned()].into());
+        doc.insert("kind".into(), "log".into());
+        doc.insert("backoff".into(), backoff.to_vec().into());
+        doc.insert("timeout".into(), timeout.into());
+        let file = dir.path().join("m.toml");
+        std::fs::write(&file, doc.to_string()).expect("write");
+        load_file(&file, &ctx())
+    }
+
+    /// A duration as a manifest may write it, sometimes far too long.
+    fn duration_text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            (0u64..100_000_000).prop_map(|n| format!("{n}s")),
+            (0u64..1_000_000).prop_map(|n| format!("{n}m")),
+            (0u64..100).prop_map(|n| format!("{n}days")),
+            (0u64..100_000_000_000).prop_map(|n| format!("{n}ms")),
+            "\\PC{0,12}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Whatever the durations, a manifest loads with every one within 30 days
+        /// (and a timeout above 0), or is refused naming the field.
+        #[test]
+        fn manifest_durations_are_within_30_days_or_refused(
+            backoff in proptest::collection::vec(duration_text(), 1..4),
+            timeout in duration_text(),
+        ) {
+            match load_with(&backoff, &timeout) {
+                Ok(route) => {
+                    prop_assert!(route.policy.timeout <= MAX_DURATION && !route.policy.timeout.is_zero());
+                    let Backoff::Schedule(steps) = &route.policy.backoff else {
+                        return Err(TestCaseError::fail("a backoff list is a schedule"));
+                    };
+                    prop_assert!(steps.iter().all(|d| *d <= MAX_DURATION));
+                }
+                Err(e) => prop_assert!(e.field == "backoff" || e.field == "timeout", "{}", e),
+            }
+        }
+    }
 }
