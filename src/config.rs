@@ -6,6 +6,12 @@
 //! [`Config`]; a bad one becomes a [`ConfigError`] that names the setting, which the
 //! binary prints on one line before exiting with code 2.
 //!
+//! Two limits guard against values that parse but cannot be meant: a duration over
+//! [`MAX_DURATION`] (30 days) is refused, since a backoff of years overflows the
+//! retry timer; and `ADMIN_TOKEN`, when set at all, must be at least
+//! [`MIN_ADMIN_TOKEN_CHARS`] characters, because an empty or blank token used to
+//! mean "no token" and left every admin route open.
+//!
 //! ```
 //! use hookbox::config::Config;
 //! let cfg = Config::from_pairs([("WORKER_COUNT", "4"), ("RETRY_BASE_DELAY", "250ms")])
@@ -31,6 +37,12 @@ use ipnet::IpNet;
 
 /// The file read when `HOOKBOX_CONFIG` is not set (a missing default file is fine).
 pub const DEFAULT_CONFIG_FILE: &str = "config/hookbox.toml";
+
+/// The longest duration any setting, manifest or subscriber may ask for (SPEC §1).
+pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// The shortest `ADMIN_TOKEN` accepted.
+pub const MIN_ADMIN_TOKEN_CHARS: usize = 16;
 
 /// Every setting with its default, in the order of SPEC §1. `None` = unset.
 pub const SETTINGS: &[(&str, Option<&str>)] = &[
@@ -205,6 +217,13 @@ impl Config {
         let names: Vec<&str> = SETTINGS.iter().map(|(n, _)| *n).collect();
         let env = Figment::from(Env::raw().only(&names));
         values.extend(flatten(&env));
+        // A secret is taken as written: figment would read `0123…` as a number.
+        if let Some(token) = std::env::var_os("ADMIN_TOKEN") {
+            values.insert(
+                "ADMIN_TOKEN".to_owned(),
+                token.to_string_lossy().into_owned(),
+            );
+        }
         Self::from_values(values)
     }
 
@@ -235,10 +254,10 @@ impl Config {
             retry_max_delay: s.duration("RETRY_MAX_DELAY")?,
             handler_timeout: s.nonzero_duration("HANDLER_TIMEOUT")?,
             retention_days: s.non_negative_f64("RETENTION_DAYS")?,
-            cleanup_interval: hours(s.positive_f64("CLEANUP_INTERVAL_HOURS")?),
+            cleanup_interval: s.hours("CLEANUP_INTERVAL_HOURS")?,
             max_body_bytes: s.positive("MAX_BODY_BYTES")?,
             require_idempotency_key: s.boolean("REQUIRE_IDEMPOTENCY_KEY")?,
-            admin_token: s.optional("ADMIN_TOKEN").map(Secret),
+            admin_token: s.admin_token()?,
             sqlite_synchronous: s.choice(
                 "SQLITE_SYNCHRONOUS",
                 &[
@@ -296,8 +315,34 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
     humantime::parse_duration(text).ok()
 }
 
-fn hours(h: f64) -> Duration {
-    Duration::try_from_secs_f64(h * 3600.0).unwrap_or(Duration::MAX)
+/// Why a duration was refused by [`parse_limited_duration`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    /// Not a duration at all.
+    #[error("expected a duration like 250ms, 5s, 5m or 10")]
+    Unparsable,
+    /// Longer than [`MAX_DURATION`].
+    #[error("expected a duration of at most 30 days")]
+    TooLong,
+}
+
+/// [`parse_duration`], refusing anything over [`MAX_DURATION`] (30 days): what
+/// settings, manifests and subscribers accept.
+///
+/// ```
+/// use std::time::Duration;
+/// use hookbox::config::{DurationError, parse_limited_duration};
+/// assert_eq!(parse_limited_duration("30days"), Ok(Duration::from_secs(30 * 86_400)));
+/// assert_eq!(parse_limited_duration("100000000s"), Err(DurationError::TooLong));
+/// assert_eq!(parse_limited_duration("soon"), Err(DurationError::Unparsable));
+/// ```
+pub fn parse_limited_duration(text: &str) -> Result<Duration, DurationError> {
+    let d = parse_duration(text).ok_or(DurationError::Unparsable)?;
+    if d > MAX_DURATION {
+        Err(DurationError::TooLong)
+    } else {
+        Ok(d)
+    }
 }
 
 fn read_file(path: &Path) -> Result<BTreeMap<String, String>, ConfigError> {
@@ -423,8 +468,34 @@ impl Settings {
     }
 
     fn duration(&self, name: &'static str) -> Result<Duration, ConfigError> {
-        parse_duration(&self.text(name))
-            .ok_or_else(|| self.invalid(name, "expected a duration like 250ms, 5s, 5m or 10"))
+        parse_limited_duration(&self.text(name)).map_err(|e| self.invalid(name, &e.to_string()))
+    }
+
+    /// A number of hours above 0, at most 30 days' worth.
+    fn hours(&self, name: &'static str) -> Result<Duration, ConfigError> {
+        let h = self.positive_f64(name)?;
+        Duration::try_from_secs_f64(h * 3600.0)
+            .ok()
+            .filter(|d| *d <= MAX_DURATION)
+            .ok_or_else(|| self.invalid(name, "expected at most 720 hours (30 days)"))
+    }
+
+    /// `ADMIN_TOKEN`: unset is no token; set, it must be at least
+    /// [`MIN_ADMIN_TOKEN_CHARS`] characters (empty or blank is a mistake, not "open").
+    fn admin_token(&self) -> Result<Option<Secret>, ConfigError> {
+        let Some(raw) = self.0.get("ADMIN_TOKEN") else {
+            return Ok(None);
+        };
+        let token = raw.trim();
+        if token.chars().count() < MIN_ADMIN_TOKEN_CHARS {
+            return Err(self.invalid(
+                "ADMIN_TOKEN",
+                &format!(
+                    "expected at least {MIN_ADMIN_TOKEN_CHARS} characters; unset it to leave the admin routes open"
+                ),
+            ));
+        }
+        Ok(Some(Secret(token.to_owned())))
     }
 
     fn nonzero_duration(&self, name: &'static str) -> Result<Duration, ConfigError> {
@@ -532,8 +603,98 @@ mod tests {
 
     #[test]
     fn admin_token_is_never_printed() {
-        let c = Config::from_pairs([("ADMIN_TOKEN", "hunter2")]).expect("valid");
+        let c = Config::from_pairs([("ADMIN_TOKEN", "hunter2-hunter2-hunter2")]).expect("valid");
         assert!(!format!("{c:?}").contains("hunter2"));
+        let e = Config::from_pairs([("ADMIN_TOKEN", "hunter2")]).expect_err("short");
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn admin_tokens_must_be_sixteen_characters_when_set() {
+        assert!(Config::default().admin_token.is_none(), "unset: no token");
+        for bad in ["", "   ", "\t", "fifteen-chars-x", "  fifteen-chars-x  "] {
+            let e = Config::from_pairs([("ADMIN_TOKEN", bad)]).expect_err(bad);
+            assert!(e.to_string().contains("ADMIN_TOKEN"), "{e}");
+        }
+        let c = Config::from_pairs([("ADMIN_TOKEN", " sixteen-chars-ok ")]).expect("valid");
+        assert_eq!(c.admin_token.expect("set").expose(), "sixteen-chars-ok");
+    }
+
+    #[test]
+    fn durations_over_30_days_are_refused() {
+        for name in [
+            "RETRY_BASE_DELAY",
+            "RETRY_MAX_DELAY",
+            "HANDLER_TIMEOUT",
+            "SHUTDOWN_GRACE",
+            "LEASE_TIMEOUT",
+        ] {
+            let ok = Config::from_pairs([(name, "30days")]);
+            assert!(ok.is_ok(), "{name}: {ok:?}");
+            let e = Config::from_pairs([(name, "30days 1s")]).expect_err(name);
+            assert!(
+                e.to_string().contains(name) && e.to_string().contains("30 days"),
+                "{e}"
+            );
+        }
+        assert!(Config::from_pairs([("CLEANUP_INTERVAL_HOURS", "720")]).is_ok());
+        for bad in ["720.01", "1e300"] {
+            let e = Config::from_pairs([("CLEANUP_INTERVAL_HOURS", bad)]).expect_err(bad);
+            assert!(e.to_string().contains("CLEANUP_INTERVAL_HOURS"), "{e}");
+        }
+        for name in ["HANDLER_TIMEOUT", "LEASE_TIMEOUT"] {
+            assert!(Config::from_pairs([(name, "0")]).is_err(), "{name}=0");
+        }
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Whatever the text, parsing never panics, and an accepted duration is
+            /// never over the limit.
+            #[test]
+            fn any_text_parses_without_panic_within_the_limit(text in ".{0,40}") {
+                let _ = parse_duration(&text);
+                if let Ok(d) = parse_limited_duration(&text) {
+                    prop_assert!(d <= MAX_DURATION);
+                }
+            }
+
+            /// `N<unit>` means N units, accepted exactly when within 30 days.
+            #[test]
+            fn unit_durations_mean_what_they_say(
+                n in 0u64..10_000_000,
+                (unit, secs) in prop_oneof![
+                    Just(("s", 1u64)),
+                    Just(("m", 60)),
+                    Just(("h", 3600)),
+                    Just(("days", 86_400)),
+                ],
+            ) {
+                let text = format!("{n}{unit}");
+                let expected = Duration::from_secs(n * secs);
+                prop_assert_eq!(parse_duration(&text), Some(expected));
+                match parse_limited_duration(&text) {
+                    Ok(d) => prop_assert!(d == expected && d <= MAX_DURATION),
+                    Err(e) => prop_assert!(e == DurationError::TooLong && expected > MAX_DURATION),
+                }
+            }
+
+            /// Bare numbers are seconds, fractions allowed; `ms` is milliseconds.
+            #[test]
+            fn bare_seconds_and_milliseconds(ms in 0u64..5_000_000_000) {
+                prop_assert_eq!(
+                    parse_duration(&format!("{ms}ms")),
+                    Some(Duration::from_millis(ms))
+                );
+                let secs = ms as f64 / 1000.0;
+                let parsed = parse_duration(&secs.to_string()).expect("a number");
+                let diff = parsed.as_secs_f64() - secs;
+                prop_assert!(diff.abs() < 1e-6, "{} vs {}", parsed.as_secs_f64(), secs);
+            }
+        }
     }
 
     #[test]

@@ -20,6 +20,8 @@
 
 use std::time::Duration;
 
+use crate::config::MAX_DURATION;
+
 /// How the delay before the next attempt grows.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Backoff {
@@ -123,6 +125,8 @@ impl Policy {
     /// Decides after the `attempts`-th attempt failed. `jitter` in `[-1, 1]` scales
     /// the ±20% spread (pass [`jitter`] in production, `0.0` in tests). A handler's
     /// `Retry-After` replaces the computed delay, capped by the policy's max delay.
+    /// No delay exceeds [`MAX_DURATION`] (30 days), whatever a policy built in code
+    /// says: the retry timer cannot hold a job years ahead.
     pub fn decide(&self, attempts: u32, failure: &Failure, jitter: f64) -> Decision {
         if failure.permanent || attempts >= self.max_attempts {
             return Decision::DeadLetter;
@@ -131,7 +135,9 @@ impl Policy {
             Some(asked) => asked.min(self.max_delay.max(self.backoff.max_delay())),
             None => spread(self.backoff.delay(attempts), jitter),
         };
-        Decision::Retry { after }
+        Decision::Retry {
+            after: after.min(MAX_DURATION),
+        }
     }
 }
 
@@ -217,6 +223,26 @@ mod tests {
         assert_eq!(
             once.decide(1, &Failure::retryable("x"), 0.0),
             Decision::DeadLetter
+        );
+    }
+
+    #[test]
+    fn no_delay_is_longer_than_30_days() {
+        let years = Duration::from_secs(100_000_000);
+        let p = policy(5, Backoff::Schedule(vec![years]));
+        assert_eq!(
+            p.decide(1, &Failure::retryable("x"), 1.0),
+            Decision::Retry {
+                after: MAX_DURATION
+            }
+        );
+        let mut f = Failure::retryable("429");
+        f.retry_after = Some(years);
+        assert_eq!(
+            p.decide(1, &f, 0.0),
+            Decision::Retry {
+                after: MAX_DURATION
+            }
         );
     }
 

@@ -88,3 +88,82 @@ pub fn verify(secret: &Secret, id: &str, timestamp: i64, body: &[u8], header: &s
         .filter_map(|sig| sig.strip_prefix("v1,"))
         .any(|sig| bool::from(sig.as_bytes().ct_eq(expected.as_bytes())))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Standard Webhooks verification written here from the specification with the
+    /// hmac, sha2 and base64 crates, not with this module's code: base64 of
+    /// HMAC-SHA256 keyed with the decoded secret over `{id}.{timestamp}.{body}`.
+    fn expected_signature(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> String {
+        let mut signed = format!("{id}.{timestamp}.").into_bytes();
+        signed.extend_from_slice(body);
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("any key length");
+        Mac::update(&mut mac, &signed);
+        STANDARD.encode(mac.finalize().into_bytes())
+    }
+
+    fn independent_verify(
+        whsec: &str,
+        id: &str,
+        timestamp: i64,
+        body: &[u8],
+        header: &str,
+    ) -> bool {
+        let key = STANDARD
+            .decode(whsec.strip_prefix("whsec_").expect("whsec_ prefix"))
+            .expect("base64");
+        let expected = format!("v1,{}", expected_signature(&key, id, timestamp, body));
+        header.split(' ').any(|sig| sig == expected)
+    }
+
+    proptest! {
+        /// What `sign` produces, an independent verifier accepts, for every secret
+        /// of a rotation; and `verify` agrees.
+        #[test]
+        fn independent_verification_accepts_every_signature(
+            keys in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 24..64), 1..4),
+            id in "[ -~]{1,40}",
+            timestamp in any::<i64>(),
+            body in proptest::collection::vec(any::<u8>(), 0..512),
+        ) {
+            let texts: Vec<String> = keys.iter().map(|k| format!("whsec_{}", STANDARD.encode(k))).collect();
+            let secrets: Vec<Secret> = texts.iter().map(|t| Secret::parse(t).expect("valid")).collect();
+            let header = sign(&secrets, &id, timestamp, &body);
+            prop_assert_eq!(header.split(' ').count(), secrets.len());
+            for (text, secret) in texts.iter().zip(&secrets) {
+                prop_assert!(independent_verify(text, &id, timestamp, &body, &header));
+                prop_assert!(verify(secret, &id, timestamp, &body, &header));
+            }
+        }
+
+        /// A changed body, id or timestamp, or another secret, fails verification.
+        #[test]
+        fn any_change_fails_verification(
+            key in proptest::collection::vec(any::<u8>(), 24..64),
+            other_key in proptest::collection::vec(any::<u8>(), 24..64),
+            id in "[a-z0-9_]{1,20}",
+            timestamp in 0i64..4_000_000_000,
+            body in proptest::collection::vec(any::<u8>(), 1..256),
+            flip in any::<usize>(),
+        ) {
+            let text = format!("whsec_{}", STANDARD.encode(&key));
+            let secret = Secret::parse(&text).expect("valid");
+            let header = sign(std::slice::from_ref(&secret), &id, timestamp, &body);
+            let mut changed = body.clone();
+            let i = flip % changed.len();
+            changed[i] ^= 0x01;
+            prop_assert!(!independent_verify(&text, &id, timestamp, &changed, &header));
+            prop_assert!(!verify(&secret, &id, timestamp, &changed, &header));
+            prop_assert!(!verify(&secret, &id, timestamp + 1, &body, &header));
+            let other_id = format!("{id}x");
+            prop_assert!(!verify(&secret, &other_id, timestamp, &body, &header));
+            if other_key != key {
+                let other = Secret::parse(&format!("whsec_{}", STANDARD.encode(&other_key))).expect("valid");
+                prop_assert!(!verify(&other, &id, timestamp, &body, &header));
+            }
+        }
+    }
+}

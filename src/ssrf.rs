@@ -1,6 +1,9 @@
 //! The SSRF guard: http handlers and subscribers may not reach loopback, private,
 //! link-local (cloud metadata at 169.254.169.254), CGNAT, multicast, broadcast or
-//! unspecified addresses, unless `ALLOWED_TARGETS` lists the network.
+//! unspecified addresses, nor the IPv6 ranges that tunnel to IPv4 (NAT64
+//! `64:ff9b::/96`, 6to4 `2002::/16`, Teredo `2001::/32`), unless `ALLOWED_TARGETS`
+//! lists the network. The HTTP client uses no proxy (see
+//! [`crate::registry::kinds::http::client`]), so these checks see the real target.
 //!
 //! Literal addresses are checked in the URL ([`TargetGuard::check_url`]); host names
 //! are checked on every address DNS returns, at delivery time, by the HTTP client's
@@ -129,7 +132,9 @@ fn is_internal_v6(ip: Ipv6Addr) -> bool {
         || (first & 0xffc0) == 0xfe80 // link-local fe80::/10
         || (first & 0xffc0) == 0xfec0 // site-local (deprecated)
         || ip.segments()[..6] == [0, 0, 0, 0, 0, 0] // IPv4-compatible ::a.b.c.d
-        || (first == 0x64 && ip.segments()[1] == 0xff9b) // NAT64 64:ff9b::/96
+        || (first == 0x64 && ip.segments()[1] == 0xff9b) // NAT64: the well-known 64:ff9b::/96 and local-use 64:ff9b:1::/48
+        || first == 0x2002 // 6to4 2002::/16: embeds an IPv4 address
+        || (first == 0x2001 && ip.segments()[1] == 0) // Teredo 2001::/32
 }
 
 #[cfg(test)]
@@ -160,6 +165,10 @@ mod tests {
             "::ffff:127.0.0.1",
             "::ffff:169.254.169.254",
             "64:ff9b::a9fe:a9fe",
+            "2002:7f00:1::1",
+            "2002:a9fe:a9fe::",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "2001::1",
         ] {
             let ip: IpAddr = ip.parse().expect("ip");
             assert!(is_internal(ip), "{ip}");
@@ -170,6 +179,8 @@ mod tests {
             "100.63.255.255",
             "100.128.0.1",
             "2606:4700::1111",
+            "2001:4860:4860::8888",
+            "2003::1",
             "172.32.0.1",
         ] {
             let ip: IpAddr = ip.parse().expect("ip");

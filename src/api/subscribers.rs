@@ -1,6 +1,7 @@
 //! `/subscribers`: http handlers registered at run time (SPEC §2/§4), stored in the
 //! database and effective at once. The secret is write-only: answers say only
-//! whether one is set.
+//! whether one is set; a URL's embedded credentials (`https://user:pass@…`) are
+//! kept for delivery but never shown.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -13,6 +14,7 @@ use serde_json::json;
 use crate::api::problem::Problem;
 use crate::app::AppState;
 use crate::model::{Subscriber, Timestamp};
+use crate::registry::kinds::http::display_url;
 use crate::registry::live::SubscriberError;
 
 /// The body of `POST /subscribers`.
@@ -65,9 +67,14 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Problem> {
         .map_err(|e| Problem::invalid_body(format!("invalid subscriber: {e}")))
 }
 
+/// A subscriber as answers show it: no secret, and its URL without the user name
+/// and password it may embed (the stored URL keeps them, for delivery).
 fn view(s: &Subscriber) -> serde_json::Value {
     let mut v = serde_json::to_value(s).unwrap_or_default();
     v["secret_set"] = json!(s.secret.as_deref().is_some_and(|x| !x.is_empty()));
+    if let Ok(url) = reqwest::Url::parse(&s.url) {
+        v["url"] = json!(display_url(&url));
+    }
     v
 }
 

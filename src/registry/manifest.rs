@@ -15,12 +15,22 @@
 //!
 //! [exec]
 //! command = ["./handlers/bin/notify.sh", "--fast"]
+//! env = ["SMTP_URL"]                    # passed through from hookbox's environment
 //! ```
 //!
 //! Every problem names the file and the field. Unknown fields are errors (a typo in
-//! `max_atempts` must not silently fall back to the default).
+//! `max_atempts` must not silently fall back to the default). Durations (`backoff`,
+//! `timeout`) over 30 days are refused.
+//!
+//! An exec child gets `PATH`, `HOME`, `LANG`, `TZ`, the `HOOKBOX_*` variables hookbox
+//! sets, and the variables its `[exec] env` lists — nothing else. The list may not
+//! name a secret: `ADMIN_TOKEN`, `DATABASE_URL`, a `HOOKBOX_*` variable, or any
+//! variable that some manifest in the folder names as its `secret_env`; nor a
+//! variable that is not set. Any of these stops startup naming the file and
+//! `exec.env` (a child that prints its environment would otherwise publish the
+//! secret in `last_error`, which `GET /webhooks/{id}` shows without a token).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -29,7 +39,7 @@ use serde::Deserialize;
 
 use super::kinds::{exec, http, log};
 use super::{Pattern, Registry, Route};
-use crate::config::parse_duration;
+use crate::config::parse_limited_duration;
 use crate::retry::Policy;
 use crate::signing::Secret;
 use crate::ssrf::TargetGuard;
@@ -86,7 +96,13 @@ struct HttpSection {
 #[serde(deny_unknown_fields)]
 struct ExecSection {
     command: Vec<String>,
+    #[serde(default)]
+    env: Vec<String>,
 }
+
+/// Variables an exec `env` list may never pass through (besides `HOOKBOX_*` and the
+/// folder's `secret_env` variables).
+const NEVER_PASSED: &[&str] = &["ADMIN_TOKEN", "DATABASE_URL"];
 
 /// Reads an environment variable by name.
 pub type EnvLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
@@ -114,8 +130,9 @@ pub fn load_dir(dir: &Path, ctx: &Context) -> Result<Registry, Vec<ManifestError
     let mut routes = Vec::new();
     let mut errors = Vec::new();
     let mut names: HashMap<String, PathBuf> = HashMap::new();
+    let secrets = secret_vars(&files);
     for file in files {
-        match load_file(&file, ctx) {
+        match load(&file, ctx, &secrets) {
             Ok(route) => match names.get(&route.name) {
                 Some(first) => errors.push(ManifestError {
                     file: file.clone(),
@@ -167,8 +184,24 @@ fn manifest_files(dir: &Path) -> Result<Vec<PathBuf>, ManifestError> {
     Ok(files)
 }
 
+/// The `secret_env` variables of every manifest that parses (the others are
+/// reported by the main pass).
+fn secret_vars(files: &[PathBuf]) -> HashSet<String> {
+    files
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .filter_map(|text| toml::from_str::<Manifest>(&text).ok())
+        .filter_map(|m| m.http.and_then(|h| h.secret_env))
+        .collect()
+}
+
 /// Parses and validates one manifest into a route.
 pub fn load_file(file: &Path, ctx: &Context) -> Result<Route, ManifestError> {
+    load(file, ctx, &secret_vars(&[file.to_owned()]))
+}
+
+/// [`load_file`], with the `secret_env` variables of the whole folder.
+fn load(file: &Path, ctx: &Context, secrets: &HashSet<String>) -> Result<Route, ManifestError> {
     let err = |field: &str, message: String| ManifestError {
         file: file.to_owned(),
         field: field.to_owned(),
@@ -216,7 +249,11 @@ pub fn load_file(file: &Path, ctx: &Context) -> Result<Route, ManifestError> {
             if exec.command.first().is_none_or(String::is_empty) {
                 return Err(err("exec.command", "name the program to run".into()));
             }
-            (exec::handler(exec.command.clone()), exec.command.join(" "))
+            let env = child_env(&exec.env, ctx, secrets).map_err(|m| err("exec.env", m))?;
+            (
+                exec::handler(exec.command.clone(), env),
+                exec.command.join(" "),
+            )
         }
         "http" => {
             let section = m
@@ -252,12 +289,56 @@ pub fn load_file(file: &Path, ctx: &Context) -> Result<Route, ManifestError> {
 fn policy(m: &Manifest, defaults: &Policy) -> Result<Policy, (&'static str, String)> {
     let mut p = super::overrides(defaults, m.max_attempts, m.backoff.as_deref())?;
     if let Some(t) = &m.timeout {
-        match parse_duration(t) {
-            Some(d) if !d.is_zero() => p.timeout = d,
-            _ => return Err(("timeout", format!("{t:?} is not a duration above 0"))),
+        match parse_limited_duration(t) {
+            Ok(d) if !d.is_zero() => p.timeout = d,
+            Ok(_) => return Err(("timeout", format!("{t:?}: expected a duration above 0"))),
+            Err(e) => return Err(("timeout", format!("{t:?}: {e}"))),
         }
     }
     Ok(p)
+}
+
+/// The whole environment of an exec child besides `HOOKBOX_*`: the
+/// [`exec::INHERITED`] variables that are set, and the listed ones (which must be
+/// set, and must not be secrets).
+fn child_env(
+    listed: &[String],
+    ctx: &Context,
+    secrets: &HashSet<String>,
+) -> Result<Vec<(String, String)>, String> {
+    let mut env = Vec::new();
+    for name in exec::INHERITED {
+        if let Some(value) = (ctx.env)(name).filter(|_| !secrets.contains(*name)) {
+            env.push(((*name).to_owned(), value));
+        }
+    }
+    for name in listed {
+        let valid = name.chars().next().is_some_and(|c| !c.is_ascii_digit())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(format!("{name:?} is not a variable name"));
+        }
+        if NEVER_PASSED.contains(&name.as_str()) {
+            return Err(format!(
+                "{name} is hookbox's own secret and is never passed to a child"
+            ));
+        }
+        if name.starts_with("HOOKBOX_") {
+            return Err(format!(
+                "{name}: HOOKBOX_ variables are set by hookbox, never passed through"
+            ));
+        }
+        if secrets.contains(name) {
+            return Err(format!(
+                "{name} is a signing secret (a manifest's secret_env) and is never passed to a child"
+            ));
+        }
+        let value =
+            (ctx.env)(name).ok_or_else(|| format!("the environment variable {name} is not set"))?;
+        env.retain(|(k, _)| k != name);
+        env.push((name.clone(), value));
+    }
+    Ok(env)
 }
 
 fn http_target(
@@ -342,4 +423,68 @@ pub fn table(registry: &Registry) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::MAX_DURATION;
+    use crate::retry::Backoff;
+    use proptest::prelude::*;
+
+    fn ctx() -> Context {
+        Context {
+            policy: super::super::default_policy(),
+            guard: Arc::new(TargetGuard::default()),
+            client: reqwest::Client::new(),
+            env: Arc::new(|name: &str| (name == "PATH").then(|| "/bin".to_owned())),
+        }
+    }
+
+    /// Writes a log manifest with these `backoff` and `timeout` values and loads it.
+    fn load_with(backoff: &[String], timeout: &str) -> Result<Route, ManifestError> {
+        let dir = tempfile::tempdir().expect("dir");
+        let mut doc = toml::Table::new();
+        doc.insert("event_types".into(), vec!["a".to_owned()].into());
+        doc.insert("kind".into(), "log".into());
+        doc.insert("backoff".into(), backoff.to_vec().into());
+        doc.insert("timeout".into(), timeout.into());
+        let file = dir.path().join("m.toml");
+        std::fs::write(&file, doc.to_string()).expect("write");
+        load_file(&file, &ctx())
+    }
+
+    /// A duration as a manifest may write it, sometimes far too long.
+    fn duration_text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            (0u64..100_000_000).prop_map(|n| format!("{n}s")),
+            (0u64..1_000_000).prop_map(|n| format!("{n}m")),
+            (0u64..100).prop_map(|n| format!("{n}days")),
+            (0u64..100_000_000_000).prop_map(|n| format!("{n}ms")),
+            "\\PC{0,12}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Whatever the durations, a manifest loads with every one within 30 days
+        /// (and a timeout above 0), or is refused naming the field.
+        #[test]
+        fn manifest_durations_are_within_30_days_or_refused(
+            backoff in proptest::collection::vec(duration_text(), 1..4),
+            timeout in duration_text(),
+        ) {
+            match load_with(&backoff, &timeout) {
+                Ok(route) => {
+                    prop_assert!(route.policy.timeout <= MAX_DURATION && !route.policy.timeout.is_zero());
+                    let Backoff::Schedule(steps) = &route.policy.backoff else {
+                        return Err(TestCaseError::fail("a backoff list is a schedule"));
+                    };
+                    prop_assert!(steps.iter().all(|d| *d <= MAX_DURATION));
+                }
+                Err(e) => prop_assert!(e.field == "backoff" || e.field == "timeout", "{}", e),
+            }
+        }
+    }
 }

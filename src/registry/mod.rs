@@ -244,19 +244,20 @@ pub(crate) fn overrides(
         p.max_attempts = n;
     }
     if let Some(steps) = backoff {
-        let parsed: Option<Vec<_>> = steps
-            .iter()
-            .map(|d| crate::config::parse_duration(d))
-            .collect();
-        match parsed {
-            Some(steps) if !steps.is_empty() => p.backoff = Backoff::Schedule(steps),
-            _ => {
-                return Err((
-                    "backoff",
-                    "expected durations like [\"5s\", \"30s\"]".into(),
-                ));
-            }
+        if steps.is_empty() {
+            return Err((
+                "backoff",
+                "expected durations like [\"5s\", \"30s\"]".into(),
+            ));
         }
+        let parsed = steps
+            .iter()
+            .map(|d| {
+                crate::config::parse_limited_duration(d)
+                    .map_err(|e| ("backoff", format!("{d:?}: {e}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        p.backoff = Backoff::Schedule(parsed);
     }
     Ok(p)
 }

@@ -81,3 +81,64 @@ impl fmt::Display for Pattern {
 pub fn is_event_type_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'/' | b'-')
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One valid event type fragment.
+    const NAME: &str = "[A-Za-z0-9._:/-]{1,40}";
+
+    proptest! {
+        /// Any text either parses or is refused; it never panics, and what parses
+        /// prints back as written.
+        #[test]
+        fn any_text_parses_or_is_refused(text in "\\PC{0,60}") {
+            if let Ok(p) = Pattern::parse(&text) {
+                prop_assert_eq!(p.to_string(), text);
+            }
+        }
+
+        /// A valid name is an exact pattern matching only itself.
+        #[test]
+        fn exact_names_match_only_themselves(name in NAME, other in NAME) {
+            let p = Pattern::parse(&name).expect("valid");
+            prop_assert_eq!(&p, &Pattern::Exact(name.clone()));
+            prop_assert!(p.matches(&name));
+            prop_assert_eq!(p.matches(&other), name == other);
+        }
+
+        /// `prefix*` matches exactly the event types that start with the prefix.
+        #[test]
+        fn prefixes_match_what_starts_with_them(prefix in "[A-Za-z0-9._:/-]{0,20}", rest in "[A-Za-z0-9._:/-]{0,20}", other in NAME) {
+            let p = Pattern::parse(&format!("{prefix}*")).expect("valid");
+            let joined = format!("{prefix}{rest}");
+            prop_assert!(p.matches(&joined));
+            prop_assert_eq!(p.matches(&other), other.starts_with(&prefix));
+        }
+
+        /// A byte outside `[A-Za-z0-9._:/-]`, or a `*` before the end, is refused.
+        #[test]
+        fn bad_bytes_and_inner_stars_are_refused(
+            head in "[a-z]{0,10}",
+            bad in "[^A-Za-z0-9._:/*-]",
+            tail in "[a-z]{0,10}",
+        ) {
+            let with_bad = format!("{head}{bad}{tail}");
+            let inner_star = format!("{head}*{tail}x");
+            prop_assert!(Pattern::parse(&with_bad).is_err());
+            prop_assert!(Pattern::parse(&(with_bad + "*")).is_err());
+            prop_assert!(Pattern::parse(&inner_star).is_err());
+        }
+
+        /// Names over 255 bytes are refused, with or without the star.
+        #[test]
+        fn long_names_are_refused(len in 256usize..400) {
+            let name = "a".repeat(len);
+            let starred = format!("{name}*");
+            prop_assert!(Pattern::parse(&name).is_err());
+            prop_assert!(Pattern::parse(&starred).is_err());
+        }
+    }
+}

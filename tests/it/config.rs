@@ -1,23 +1,36 @@
 //! SPEC §1: layering and bad values (exit code 2, one line naming the setting).
 
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use crate::harness::{Hookbox, bin, write};
 
+/// Runs `hookbox serve` with `env` and waits for it to exit: `None` as the code when
+/// it was still serving after 15 s (it is killed then), as with a value it accepted.
 fn run_with(env: &[(&str, &str)], dir: &std::path::Path) -> (Option<i32>, String) {
-    let out = Command::new(bin())
+    let mut child = Command::new(bin())
         .current_dir(dir)
         .env_clear()
         .env("DB_PATH", dir.join("events.db"))
         .env("BIND_ADDR", "127.0.0.1:0")
         .envs(env.iter().copied())
         .arg("serve")
-        .output()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("run");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut code = None;
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            code = status.code();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().expect("output");
+    (code, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 #[test]
@@ -45,11 +58,64 @@ fn a_bad_value_exits_2_naming_the_setting() {
 fn the_admin_token_is_not_echoed_in_errors() {
     let dir = tempfile::tempdir().expect("dir");
     let (code, stderr) = run_with(
-        &[("ADMIN_TOKEN", "s3cret-token"), ("WORKER_COUNT", "x")],
+        &[
+            ("ADMIN_TOKEN", "s3cret-token-of-16+"),
+            ("WORKER_COUNT", "x"),
+        ],
         dir.path(),
     );
     assert_eq!(code, Some(2));
     assert!(!stderr.contains("s3cret-token"));
+}
+
+#[test]
+fn a_blank_or_short_admin_token_exits_2() {
+    let dir = tempfile::tempdir().expect("dir");
+    for token in ["", "   ", "short-secret-15"] {
+        let (code, stderr) = run_with(&[("ADMIN_TOKEN", token)], dir.path());
+        assert_eq!(
+            code,
+            Some(2),
+            "ADMIN_TOKEN={token:?} was accepted: {stderr}"
+        );
+        assert!(stderr.contains("ADMIN_TOKEN"), "{stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+        assert!(
+            token.trim().is_empty() || !stderr.contains(token),
+            "{stderr}"
+        );
+    }
+    // The same from the configuration file.
+    let file = write(dir.path(), "blank.toml", "admin_token = \"\"\n");
+    let (code, stderr) = run_with(
+        &[("HOOKBOX_CONFIG", file.to_str().expect("utf-8 path"))],
+        dir.path(),
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("ADMIN_TOKEN"), "{stderr}");
+    // Sixteen characters are enough.
+    let hb = Hookbox::start(&[("ADMIN_TOKEN", "sixteen-chars-ok")]);
+    assert_eq!(hb.get("/subscribers").expect("get").status, 401);
+}
+
+#[test]
+fn durations_over_30_days_and_zero_timeouts_exit_2() {
+    let dir = tempfile::tempdir().expect("dir");
+    for (name, value) in [
+        ("RETRY_BASE_DELAY", "31days"),
+        ("RETRY_MAX_DELAY", "100000000s"),
+        ("HANDLER_TIMEOUT", "2592001"),
+        ("SHUTDOWN_GRACE", "800h"),
+        ("LEASE_TIMEOUT", "31days"),
+        ("CLEANUP_INTERVAL_HOURS", "721"),
+        ("HANDLER_TIMEOUT", "0"),
+        ("LEASE_TIMEOUT", "0s"),
+    ] {
+        let (code, stderr) = run_with(&[(name, value)], dir.path());
+        assert_eq!(code, Some(2), "{name}={value}: {stderr}");
+        assert!(stderr.contains(name), "{name}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    }
 }
 
 #[test]

@@ -146,3 +146,38 @@ async fn backpressure_sheds_without_calling_the_service() {
     );
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test]
+async fn request_tracing_echoes_only_short_printable_request_ids() {
+    use hookbox::layers::trace::request_tracing;
+    let app = Router::new()
+        .route("/", axum::routing::get(|| async { "hi" }))
+        .layer(request_tracing());
+    let id_for = |value: &[u8]| {
+        let app = app.clone();
+        let value = http::HeaderValue::from_bytes(value).expect("header value");
+        async move {
+            let req = Request::get("/")
+                .header("x-request-id", value)
+                .body(Body::empty())
+                .expect("request");
+            let res = app.oneshot(req).await.expect("response");
+            res.headers()["x-request-id"]
+                .to_str()
+                .expect("ascii")
+                .to_owned()
+        }
+    };
+    let longest = "x".repeat(200);
+    for good in ["1", "a-b_c.d~!#", longest.as_str()] {
+        assert_eq!(id_for(good.as_bytes()).await, good);
+    }
+    let too_long = "x".repeat(201);
+    for bad in [too_long.as_bytes(), b"", b"two words", b"\xff\xfe"] {
+        let got = id_for(bad).await;
+        assert!(
+            uuid::Uuid::parse_str(&got).is_ok(),
+            "{bad:?} should be replaced, got {got:?}"
+        );
+    }
+}

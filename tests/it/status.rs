@@ -113,7 +113,7 @@ fn listing_is_newest_first_with_filters_and_a_cursor(db: &Db) {
 
 #[test]
 fn the_listing_needs_the_admin_token_when_one_is_set() {
-    let hb = Hookbox::start(&[("ADMIN_TOKEN", "t0ken")]);
+    let hb = Hookbox::start(&[("ADMIN_TOKEN", "t0ken-of-16-chars")]);
     hb.get("/webhooks")
         .expect("get")
         .assert_problem(401, "unauthorized");
@@ -125,7 +125,7 @@ fn the_listing_needs_the_admin_token_when_one_is_set() {
     assert_eq!(res.status().as_u16(), 403);
     let res = client()
         .get(format!("{}/webhooks", hb.url))
-        .bearer_auth("t0ken")
+        .bearer_auth("t0ken-of-16-chars")
         .send()
         .expect("send");
     assert_eq!(res.status().as_u16(), 200);

@@ -7,13 +7,25 @@
 //! shell unless the command names one. The program runs in its own process group,
 //! and the whole group is killed when the attempt ends — by exit, by timeout or by
 //! shutdown — so no grandchild outlives its attempt.
+//!
+//! The child's environment is clean: only the variables it is handed (see
+//! [`INHERITED`] and the manifest's `[exec] env`, resolved when the manifest is
+//! loaded) and the `HOOKBOX_*` ones set here. Nothing else of hookbox's environment
+//! (`ADMIN_TOKEN`, `DATABASE_URL`, signing secrets) reaches it, so nothing it prints
+//! to stderr can leak them into `last_error`, which unauthenticated reads show.
+//!
+//! The attempt ends with the program's exit, not with its pipes: a grandchild that
+//! escaped the process group and still holds stderr gets [`STDERR_GRACE`] to let go,
+//! then the stderr seen so far is used.
 
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::task::JoinHandle;
 
 use super::super::{BoxHandler, Event, HandlerError, handler_fn};
 
@@ -21,14 +33,26 @@ use super::super::{BoxHandler, Event, HandlerError, handler_fn};
 pub const PERMANENT_EXIT_CODE: i32 = 65;
 /// How much of stderr is kept.
 pub const STDERR_TAIL_BYTES: usize = 2048;
+/// How long stderr may stay open after the program exited (held by a grandchild
+/// outside its process group) before the attempt ends without the rest of it.
+pub const STDERR_GRACE: Duration = Duration::from_millis(250);
+/// The variables of hookbox's own environment every child gets, when set.
+pub const INHERITED: &[&str] = &["PATH", "HOME", "LANG", "TZ"];
 
-/// A handler that runs `command` (program and arguments) per event.
-pub fn handler(command: Vec<String>) -> BoxHandler {
-    let command: Arc<[String]> = command.into();
+/// A handler that runs `command` (program and arguments) per event, with `env`
+/// (name, value) as its whole environment besides the `HOOKBOX_*` variables.
+pub fn handler(command: Vec<String>, env: Vec<(String, String)>) -> BoxHandler {
+    let program: Arc<Program> = Arc::new(Program { command, env });
     handler_fn(move |event: Event| {
-        let command = command.clone();
-        async move { run(&command, &event).await }
+        let program = program.clone();
+        async move { run(&program, &event).await }
     })
+}
+
+/// What one exec handler runs.
+struct Program {
+    command: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 /// Kills the process group when dropped (the attempt ended, one way or another).
@@ -43,18 +67,20 @@ impl Drop for GroupGuard {
     }
 }
 
-async fn run(command: &[String], event: &Event) -> Result<(), HandlerError> {
-    let Some((program, args)) = command.split_first() else {
+async fn run(spec: &Program, event: &Event) -> Result<(), HandlerError> {
+    let Some((program, args)) = spec.command.split_first() else {
         return Err(HandlerError::Permanent("empty exec command".into()));
     };
     let mut child = tokio::process::Command::new(program)
         .args(args)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .env("HOOKBOX_EVENT_ID", event.id.to_string())
         .env("HOOKBOX_EVENT_TYPE", &event.event_type)
         .env("HOOKBOX_EVENT_KEY", &event.idempotency_key)
         .env("HOOKBOX_ATTEMPT", event.attempt.to_string())
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
+        .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true)
@@ -66,20 +92,20 @@ async fn run(command: &[String], event: &Event) -> Result<(), HandlerError> {
             .and_then(|id| i32::try_from(id).ok())
             .map(Pid::from_raw),
     );
-    let stderr = tokio::spawn(tail(child.stderr.take()));
-    let stdout = tokio::spawn(tail(child.stdout.take()));
-    if let Some(mut stdin) = child.stdin.take() {
-        // A program that does not read its input is fine: ignore a broken pipe.
-        let _ = stdin.write_all(event.payload().as_bytes()).await;
+    let stderr = Tail::spawn(child.stderr.take());
+    // Feed stdin while waiting for the exit: a program that exits without reading
+    // it all (while a grandchild keeps the pipe open) must not block the attempt.
+    let stdin = child.stdin.take();
+    let exit = child.wait();
+    tokio::pin!(exit);
+    let status = tokio::select! {
+        status = &mut exit => status,
+        () = feed(stdin, event.payload().as_bytes()) => exit.await,
     }
-    let status = child
-        .wait()
-        .await
-        .map_err(|e| HandlerError::Retry(format!("waiting for {program:?}: {e}")))?;
+    .map_err(|e| HandlerError::Retry(format!("waiting for {program:?}: {e}")))?;
     // Kill what the program left behind, so pipes it holds close now.
     drop(guard);
-    stdout.abort();
-    let stderr = stderr.await.unwrap_or_default();
+    let stderr = stderr.finish(STDERR_GRACE).await;
     match status.code() {
         Some(0) => Ok(()),
         Some(PERMANENT_EXIT_CODE) => {
@@ -93,6 +119,14 @@ async fn run(command: &[String], event: &Event) -> Result<(), HandlerError> {
     }
 }
 
+/// Writes the payload to stdin and closes it. A program that does not read its
+/// input is fine: a broken pipe is ignored.
+async fn feed(stdin: Option<tokio::process::ChildStdin>, payload: &[u8]) {
+    if let Some(mut stdin) = stdin {
+        let _ = stdin.write_all(payload).await;
+    }
+}
+
 fn describe(what: &str, stderr: &str) -> String {
     let stderr = stderr.trim();
     if stderr.is_empty() {
@@ -102,22 +136,50 @@ fn describe(what: &str, stderr: &str) -> String {
     }
 }
 
-/// Reads a stream to its end, keeping its last [`STDERR_TAIL_BYTES`] as text.
-async fn tail(stream: Option<impl AsyncRead + Unpin>) -> String {
+/// A task reading a stream to its end, keeping its last [`STDERR_TAIL_BYTES`];
+/// stopped when dropped (the attempt was cancelled) or finished.
+struct Tail {
+    kept: Arc<Mutex<Vec<u8>>>,
+    task: JoinHandle<()>,
+}
+
+impl Tail {
+    fn spawn(stream: Option<impl AsyncRead + Unpin + Send + 'static>) -> Self {
+        let kept = Arc::new(Mutex::new(Vec::new()));
+        let task = tokio::spawn(read_into(stream, kept.clone()));
+        Self { kept, task }
+    }
+
+    /// Waits up to `grace` for the end of the stream, then returns what was read.
+    async fn finish(mut self, grace: Duration) -> String {
+        let _ = tokio::time::timeout(grace, &mut self.task).await;
+        self.task.abort();
+        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        let start = kept.len().saturating_sub(STDERR_TAIL_BYTES);
+        String::from_utf8_lossy(&kept[start..]).into_owned()
+    }
+}
+
+impl Drop for Tail {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn read_into(stream: Option<impl AsyncRead + Unpin>, kept: Arc<Mutex<Vec<u8>>>) {
     let Some(mut stream) = stream else {
-        return String::new();
+        return;
     };
-    let mut kept: Vec<u8> = Vec::new();
     let mut buf = [0u8; 4096];
     while let Ok(n) = stream.read(&mut buf).await {
         if n == 0 {
             break;
         }
+        let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
         kept.extend_from_slice(&buf[..n]);
         if kept.len() > 2 * STDERR_TAIL_BYTES {
-            kept.drain(..kept.len() - STDERR_TAIL_BYTES);
+            let extra = kept.len() - STDERR_TAIL_BYTES;
+            kept.drain(..extra);
         }
     }
-    let start = kept.len().saturating_sub(STDERR_TAIL_BYTES);
-    String::from_utf8_lossy(&kept[start..]).into_owned()
 }

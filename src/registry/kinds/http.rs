@@ -14,6 +14,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use reqwest::{Client, StatusCode, Url};
 
 use super::super::{BoxHandler, Event, HandlerError, handler_fn};
+use crate::config::MAX_DURATION;
 use crate::signing::{self, Secret};
 use crate::ssrf::TargetGuard;
 
@@ -30,9 +31,12 @@ pub struct HttpTarget {
 }
 
 /// Builds the one shared client: pooled keep-alive connections, no redirects, a
-/// resolver that refuses forbidden addresses (see [`TargetGuard`]).
+/// resolver that refuses forbidden addresses (see [`TargetGuard`]), and no proxy:
+/// `HTTP_PROXY`, `HTTPS_PROXY` and `ALL_PROXY` are ignored (SPEC §1), since a proxy
+/// would resolve and reach the target itself, past the guard.
 pub fn client(guard: Arc<TargetGuard>) -> Result<Client, reqwest::Error> {
     Client::builder()
+        .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(Duration::from_secs(10))
         .pool_idle_timeout(Duration::from_secs(90))
@@ -117,17 +121,21 @@ fn classify(status: StatusCode, retry_after: Option<Duration>, message: String) 
     }
 }
 
-/// `Retry-After` as delta-seconds or an HTTP date.
+/// `Retry-After` as delta-seconds or an HTTP date (a past date is zero), capped at
+/// [`MAX_DURATION`] (the retry policy caps it further).
 pub fn parse_retry_after(value: &HeaderValue) -> Option<Duration> {
     let text = value.to_str().ok()?.trim();
-    if let Ok(secs) = text.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    let when = httpdate::parse_http_date(text).ok()?;
-    Some(
-        when.duration_since(SystemTime::now())
-            .unwrap_or(Duration::ZERO),
-    )
+    let after = if text.bytes().all(|b| b.is_ascii_digit()) && !text.is_empty() {
+        // All digits: too many of them is simply "very long".
+        text.parse::<u64>()
+            .map_or(MAX_DURATION, Duration::from_secs)
+    } else {
+        httpdate::parse_http_date(text)
+            .ok()?
+            .duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO)
+    };
+    Some(after.min(MAX_DURATION))
 }
 
 /// Reads at most [`ERROR_BODY_BYTES`] of the answer (never the whole of a huge one).
@@ -212,5 +220,59 @@ mod tests {
             "{d:?}"
         );
         assert_eq!(parse_retry_after(&HeaderValue::from_static("soon")), None);
+        assert_eq!(
+            parse_retry_after(&HeaderValue::from_static("99999999999999999999999")),
+            Some(MAX_DURATION),
+            "too many digits is long, not garbage"
+        );
+        assert_eq!(
+            parse_retry_after(&HeaderValue::from_static("Sun, 06 Nov 1994 08:49:37 GMT")),
+            Some(Duration::ZERO),
+            "a past date means now"
+        );
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Any header value: no panic, and never more than the cap.
+            #[test]
+            fn any_value_is_parsed_or_ignored_within_the_cap(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+                if let Ok(value) = HeaderValue::from_bytes(&bytes) {
+                    if let Some(d) = parse_retry_after(&value) {
+                        prop_assert!(d <= MAX_DURATION);
+                    }
+                }
+            }
+
+            /// Delta-seconds are taken as they are, up to the cap.
+            #[test]
+            fn seconds_are_seconds_up_to_the_cap(secs in any::<u64>()) {
+                let value = HeaderValue::from_str(&secs.to_string()).expect("digits");
+                prop_assert_eq!(
+                    parse_retry_after(&value),
+                    Some(Duration::from_secs(secs).min(MAX_DURATION))
+                );
+            }
+
+            /// An HTTP date `ahead` seconds from now waits about that long (the
+            /// date has whole seconds, the clock moves), capped; a past one is zero.
+            #[test]
+            fn dates_wait_until_then(ahead in -1_000_000_000i64..5_000_000_000) {
+                let now = SystemTime::now();
+                let step = Duration::from_secs(ahead.unsigned_abs());
+                let when = if ahead >= 0 { now + step } else { now - step };
+                let value = HeaderValue::from_str(&httpdate::fmt_http_date(when)).expect("date");
+                let d = parse_retry_after(&value).expect("an HTTP date parses");
+                let expected = Duration::from_secs(u64::try_from(ahead).unwrap_or(0)).min(MAX_DURATION);
+                prop_assert!(d <= expected, "{:?} > {:?}", d, expected);
+                prop_assert!(
+                    d + Duration::from_secs(2) >= expected,
+                    "{:?} much shorter than {:?}", d, expected
+                );
+            }
+        }
     }
 }
