@@ -329,7 +329,12 @@ pub fn table(registry: &Registry) -> String {
             r.target.clone(),
         ]);
     }
-    let widths: Vec<usize> = (0..7)
+    columns(&rows)
+}
+
+/// Lays out rows of cells as left-aligned columns (the first row is the header).
+pub(crate) fn columns<const N: usize>(rows: &[[String; N]]) -> String {
+    let widths: Vec<usize> = (0..N)
         .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
         .collect();
     rows.iter()

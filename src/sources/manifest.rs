@@ -389,6 +389,22 @@ fn hmac(section: Option<&HmacSection>) -> Result<(Verifier, Locator, Locator), P
     Ok((Verifier::Hmac(scheme), event_type, id))
 }
 
+/// The sources as `hookbox sources check` prints them: name, kind, URL path, the
+/// variable holding the secrets (never their values), the event type prefix.
+pub fn table(sources: &[Source]) -> String {
+    let mut rows = vec![["NAME", "KIND", "PATH", "SECRET_ENV", "EVENT TYPES"].map(String::from)];
+    for s in sources {
+        rows.push([
+            s.name.clone(),
+            s.kind.clone(),
+            s.path(),
+            s.secret_env.clone().unwrap_or_else(|| "-".into()),
+            format!("{}*", s.event_type_prefix),
+        ]);
+    }
+    crate::registry::manifest::columns(&rows)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,4 +15,5 @@ mod layers;
 mod library;
 mod processing;
 mod receiver;
+mod sources;
 mod status;
