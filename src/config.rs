@@ -51,6 +51,7 @@ pub const SETTINGS: &[(&str, Option<&str>)] = &[
     ("DB_PATH", Some("./data/events.db")),
     ("DATABASE_MAX_CONNECTIONS", Some("10")),
     ("HANDLERS_DIR", Some("./handlers")),
+    ("SOURCES_DIR", Some("./sources")),
     ("WORKER_COUNT", Some("16")),
     ("QUEUE_MAXSIZE", Some("10000")),
     ("MAX_ATTEMPTS", Some("5")),
@@ -155,6 +156,8 @@ pub struct Config {
     pub database_max_connections: u32,
     /// Handler manifests.
     pub handlers_dir: PathBuf,
+    /// Source manifests (a missing folder means no sources).
+    pub sources_dir: PathBuf,
     /// Worker tasks (0 = this instance only accepts events).
     pub worker_count: usize,
     /// In-memory queue bound; full → 429.
@@ -247,6 +250,7 @@ impl Config {
             db_path: PathBuf::from(s.text("DB_PATH")),
             database_max_connections: s.positive("DATABASE_MAX_CONNECTIONS")?,
             handlers_dir: PathBuf::from(s.text("HANDLERS_DIR")),
+            sources_dir: PathBuf::from(s.text("SOURCES_DIR")),
             worker_count: s.parse("WORKER_COUNT", "a whole number")?,
             queue_maxsize: s.positive("QUEUE_MAXSIZE")?,
             max_attempts: s.positive("MAX_ATTEMPTS")?,

@@ -44,6 +44,7 @@ pub mod registry;
 pub mod retention;
 pub mod retry;
 pub mod signing;
+pub mod sources;
 pub mod ssrf;
 pub mod store;
 pub mod telemetry;

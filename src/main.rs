@@ -39,6 +39,11 @@ enum Command {
         #[command(subcommand)]
         command: HandlersCommand,
     },
+    /// Validate source manifests and print the sources.
+    Sources {
+        #[command(subcommand)]
+        command: SourcesCommand,
+    },
     /// Exit 0 when the service at URL answers /ready with 200 (for HEALTHCHECK).
     Health {
         /// Base URL of the service.
@@ -53,6 +58,15 @@ enum Command {
 #[derive(Subcommand)]
 enum HandlersCommand {
     /// Check every manifest in DIR (default: HANDLERS_DIR); exit 1 on any error.
+    Check {
+        /// The manifests folder.
+        dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum SourcesCommand {
+    /// Check every manifest in DIR (default: SOURCES_DIR); exit 1 on any error.
     Check {
         /// The manifests folder.
         dir: Option<PathBuf>,
@@ -87,6 +101,9 @@ fn main() -> ExitCode {
             Command::Handlers {
                 command: HandlersCommand::Check { dir },
             } => Ok(check_handlers(&config, dir)),
+            Command::Sources {
+                command: SourcesCommand::Check { dir },
+            } => Ok(check_sources(&config, dir)),
         }
     });
     match result {
@@ -126,6 +143,25 @@ fn check_handlers(config: &Config, dir: Option<PathBuf>) -> ExitCode {
                 registry.routes().len(),
                 dir.display()
             );
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            for e in &errors {
+                println!("error: {e}");
+            }
+            println!("{} error(s) in {}", errors.len(), dir.display());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn check_sources(config: &Config, dir: Option<PathBuf>) -> ExitCode {
+    use hookbox::sources::manifest;
+    let dir = dir.unwrap_or_else(|| config.sources_dir.clone());
+    match manifest::load_dir(&dir, &|name| std::env::var(name).ok()) {
+        Ok(sources) => {
+            println!("{}", manifest::table(&sources));
+            println!("{} source(s) in {}", sources.len(), dir.display());
             ExitCode::SUCCESS
         }
         Err(errors) => {

@@ -57,7 +57,9 @@ impl Secret {
         Ok(list)
     }
 
-    fn mac(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
+    /// The raw HMAC-SHA256 of `{id}.{timestamp}.{body}` under this key (what a
+    /// `v1` signature encodes), for verifying a sender's signature.
+    pub fn mac_bytes(&self, id: &str, timestamp: i64, body: &[u8]) -> Vec<u8> {
         let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(&self.0) else {
             unreachable!("HMAC takes keys of any length")
         };
@@ -66,7 +68,11 @@ impl Secret {
         mac.update(timestamp.to_string().as_bytes());
         mac.update(b".");
         mac.update(body);
-        STANDARD.encode(mac.finalize().into_bytes())
+        mac.finalize().into_bytes().to_vec()
+    }
+
+    fn mac(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
+        STANDARD.encode(self.mac_bytes(id, timestamp, body))
     }
 }
 

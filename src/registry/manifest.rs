@@ -123,7 +123,7 @@ pub struct Context {
 /// Reads every `*.toml` of `dir` (sorted by name) into a registry. A missing folder
 /// is an empty registry. Returns every problem found, not just the first.
 pub fn load_dir(dir: &Path, ctx: &Context) -> Result<Registry, Vec<ManifestError>> {
-    let files = match manifest_files(dir) {
+    let files = match manifest_files(dir, "handlers") {
         Ok(files) => files,
         Err(e) => return Err(vec![e]),
     };
@@ -163,7 +163,9 @@ pub fn load_dir(dir: &Path, ctx: &Context) -> Result<Registry, Vec<ManifestError
     })
 }
 
-fn manifest_files(dir: &Path) -> Result<Vec<PathBuf>, ManifestError> {
+/// The `*.toml` files of a manifests folder (`what`: "handlers", "sources"), sorted;
+/// none when the folder does not exist.
+pub(crate) fn manifest_files(dir: &Path, what: &str) -> Result<Vec<PathBuf>, ManifestError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -171,7 +173,7 @@ fn manifest_files(dir: &Path) -> Result<Vec<PathBuf>, ManifestError> {
             return Err(ManifestError {
                 file: dir.to_owned(),
                 field: "-".into(),
-                message: format!("cannot read the handlers folder: {e}"),
+                message: format!("cannot read the {what} folder: {e}"),
             });
         }
     };
@@ -408,7 +410,12 @@ pub fn table(registry: &Registry) -> String {
             r.target.clone(),
         ]);
     }
-    let widths: Vec<usize> = (0..7)
+    columns(&rows)
+}
+
+/// Lays out rows of cells as left-aligned columns (the first row is the header).
+pub(crate) fn columns<const N: usize>(rows: &[[String; N]]) -> String {
+    let widths: Vec<usize> = (0..N)
         .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
         .collect();
     rows.iter()

@@ -16,4 +16,5 @@ mod library;
 mod processing;
 mod receiver;
 mod security;
+mod sources;
 mod status;

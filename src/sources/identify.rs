@@ -1,0 +1,149 @@
+//! Where each provider puts the event type and the delivery id, and how a verified
+//! body becomes the event's payload.
+//!
+//! A [`Locator`] reads one value from a header, from a JSON pointer into the body,
+//! or (delivery ids only) is the SHA-256 of the raw body — what identifies a
+//! delivery whose sender gives it no id: a byte-identical resend is the same event.
+//!
+//! ```
+//! use hookbox::sources::identify::{Locator, payload};
+//!
+//! let headers = http::HeaderMap::new();
+//! let body = payload(&headers, br#"{"type": "charge.succeeded", "id": "evt_1"}"#).unwrap();
+//! assert_eq!(Locator::Pointer("/type".into()).read(&headers, &body, b"").as_deref(), Some("charge.succeeded"));
+//! ```
+
+use http::HeaderMap;
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::model::hex;
+
+/// Where one value is found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Locator {
+    /// A request header.
+    Header(http::HeaderName),
+    /// A JSON pointer into the body (a string or a number there).
+    Pointer(String),
+    /// The hex SHA-256 of the raw body.
+    BodyHash,
+    /// `value` when the body has something at `pointer`.
+    WhenPresent {
+        /// Where to look.
+        pointer: String,
+        /// What to answer.
+        value: &'static str,
+    },
+    /// The first of these that finds something.
+    FirstOf(Vec<Locator>),
+}
+
+impl Locator {
+    /// Parses a manifest's `"header:NAME"` or `"/json/pointer"`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if let Some(name) = text.strip_prefix("header:") {
+            return http::HeaderName::from_bytes(name.trim().as_bytes())
+                .map(Self::Header)
+                .map_err(|_| format!("{name:?} is not a header name"));
+        }
+        if text.is_empty() || text.starts_with('/') {
+            return Ok(Self::Pointer(text.to_owned()));
+        }
+        Err(format!(
+            "{text:?}: use a JSON pointer (\"/type\") or \"header:NAME\""
+        ))
+    }
+
+    /// The value, if the request has it (non-empty).
+    pub fn read(&self, headers: &HeaderMap, body: &Value, raw: &[u8]) -> Option<String> {
+        let found = match self {
+            Self::Header(name) => headers.get(name)?.to_str().ok()?.trim().to_owned(),
+            Self::Pointer(p) => match body.pointer(p)? {
+                Value::String(s) => s.clone(),
+                Value::Number(n) => n.to_string(),
+                _ => return None,
+            },
+            Self::BodyHash => hex(&Sha256::digest(raw)),
+            Self::WhenPresent { pointer, value } => {
+                body.pointer(pointer)?;
+                (*value).to_owned()
+            }
+            Self::FirstOf(all) => return all.iter().find_map(|l| l.read(headers, body, raw)),
+        };
+        (!found.is_empty()).then_some(found)
+    }
+}
+
+/// Why a body could not become a payload.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BodyError(pub String);
+
+/// The body as the event's payload: its JSON, or for an
+/// `application/x-www-form-urlencoded` body an object of its fields (a field given
+/// twice keeps its last value).
+pub fn payload(headers: &HeaderMap, raw: &[u8]) -> Result<Value, BodyError> {
+    if is_form(headers) {
+        let fields: Vec<(String, String)> = serde_urlencoded::from_bytes(raw)
+            .map_err(|e| BodyError(format!("the form body does not parse: {e}")))?;
+        let object: Map<String, Value> = fields
+            .into_iter()
+            .map(|(k, v)| (k, Value::String(v)))
+            .collect();
+        return Ok(Value::Object(object));
+    }
+    serde_json::from_slice(raw).map_err(|e| BodyError(format!("the body is not valid JSON: {e}")))
+}
+
+/// True for a form-encoded body.
+pub fn is_form(headers: &HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| {
+            m.trim()
+                .eq_ignore_ascii_case("application/x-www-form-urlencoded")
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn form_bodies_become_objects_of_their_fields() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            http::header::CONTENT_TYPE,
+            "application/x-www-form-urlencoded".parse().unwrap(),
+        );
+        let v = payload(&h, b"command=%2Fdeploy&text=now+please").unwrap();
+        assert_eq!(v["command"], "/deploy");
+        assert_eq!(v["text"], "now please");
+    }
+
+    #[test]
+    fn locators_read_headers_pointers_and_fall_back_in_order() {
+        let mut h = HeaderMap::new();
+        h.insert("x-delivery", "d-1".parse().unwrap());
+        let body: Value = serde_json::json!({"event": {"type": "message"}, "n": 7});
+        assert_eq!(
+            Locator::parse("header:X-Delivery")
+                .unwrap()
+                .read(&h, &body, b""),
+            Some("d-1".into())
+        );
+        assert_eq!(
+            Locator::parse("/n").unwrap().read(&h, &body, b""),
+            Some("7".into())
+        );
+        assert!(Locator::parse("type").is_err());
+        let chain = Locator::FirstOf(vec![
+            Locator::Pointer("/event_id".into()),
+            Locator::BodyHash,
+        ]);
+        assert_eq!(chain.read(&h, &body, b"abc").map(|s| s.len()), Some(64));
+    }
+}

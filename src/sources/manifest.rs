@@ -1,0 +1,506 @@
+//! Source manifests: every `*.toml` in `SOURCES_DIR` is one source.
+//!
+//! ```toml
+//! name = "gh"                        # unique, [A-Za-z0-9._-]; defaults to the file stem
+//! kind = "github"                    # github | stripe | shopify | slack
+//!                                    # | standard-webhooks | hmac | token | none
+//! secret_env = "GITHUB_HOOK_SECRET"  # one or more space-separated secrets
+//! event_type_prefix = "github."      # default "<name>."
+//! tolerance = "5m"                   # timestamped kinds; "0s" turns the check off
+//!
+//! [hmac]                             # kind = "hmac"
+//! header = "X-Signature"
+//! algorithm = "sha256"               # sha1 | sha256 | sha512
+//! encoding = "hex"                   # hex | base64
+//! prefix = "sha256="
+//! event_type = "/type"               # JSON pointer or "header:NAME"
+//! id = "header:X-Delivery"           # default: SHA-256 of the body
+//!
+//! [token]                            # kind = "token"
+//! header = "X-Webhook-Token"         # default: Authorization: Bearer <secret>
+//! ```
+//!
+//! Every problem names the file and the field; unknown fields are errors; a
+//! `secret_env` that is unset (or blank) is an error, and so is a kind other than
+//! `none` without one.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::identify::Locator;
+use super::verify::{self, Algorithm, Encoding, Verifier};
+use super::{Source, is_valid_name};
+use crate::config::{Secret, parse_duration};
+use crate::registry::is_event_type_byte;
+pub use crate::registry::manifest::ManifestError;
+
+/// The default `tolerance` of timestamped kinds.
+pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
+/// The longest `tolerance` accepted.
+pub const MAX_TOLERANCE: Duration = Duration::from_secs(30 * 86_400);
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Manifest {
+    name: Option<String>,
+    kind: String,
+    secret_env: Option<String>,
+    event_type_prefix: Option<String>,
+    tolerance: Option<String>,
+    hmac: Option<HmacSection>,
+    token: Option<TokenSection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HmacSection {
+    header: String,
+    algorithm: Option<String>,
+    encoding: Option<String>,
+    prefix: Option<String>,
+    event_type: Option<String>,
+    id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenSection {
+    header: Option<String>,
+}
+
+/// A problem in a manifest: `(field, message)`, turned into a [`ManifestError`].
+type Problem = (&'static str, String);
+
+/// Reads every `*.toml` of `dir` (sorted by name). A missing folder means no
+/// sources. Returns every problem found, not just the first.
+pub fn load_dir(
+    dir: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<Source>, Vec<ManifestError>> {
+    let files = crate::registry::manifest::manifest_files(dir, "sources").map_err(|e| vec![e])?;
+    let mut sources = Vec::new();
+    let mut errors = Vec::new();
+    let mut names: HashMap<String, PathBuf> = HashMap::new();
+    for file in files {
+        let loaded = std::fs::read_to_string(&file)
+            .map_err(|e| error(&file, ("-", format!("cannot read: {e}"))))
+            .and_then(|text| load_str(&file, &text, env));
+        match loaded {
+            Ok(source) => match names.get(&source.name) {
+                Some(first) => errors.push(error(
+                    &file,
+                    (
+                        "name",
+                        format!(
+                            "{:?} is already the name of {}",
+                            source.name,
+                            first.display()
+                        ),
+                    ),
+                )),
+                None => {
+                    names.insert(source.name.clone(), file);
+                    sources.push(source);
+                }
+            },
+            Err(e) => errors.push(e),
+        }
+    }
+    if errors.is_empty() {
+        Ok(sources)
+    } else {
+        Err(errors)
+    }
+}
+
+fn error(file: &Path, (field, message): Problem) -> ManifestError {
+    ManifestError {
+        file: file.to_owned(),
+        field: field.to_owned(),
+        message,
+    }
+}
+
+/// Parses one manifest's text; `file` names it in errors and gives the default name.
+pub fn load_str(
+    file: impl AsRef<Path>,
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Source, ManifestError> {
+    let file = file.as_ref();
+    let m: Manifest = toml::from_str(text).map_err(|e| {
+        let message = e.message().to_owned();
+        let field = message
+            .split('`')
+            .nth(1)
+            .filter(|f| !f.contains(' '))
+            .unwrap_or("-")
+            .to_owned();
+        ManifestError {
+            file: file.to_owned(),
+            field,
+            message,
+        }
+    })?;
+    build(file, m, env).map_err(|p| error(file, p))
+}
+
+fn build(
+    file: &Path,
+    m: Manifest,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Source, Problem> {
+    let stem = file
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let name = m.name.clone().unwrap_or(stem);
+    if !is_valid_name(&name) {
+        return Err((
+            "name",
+            format!("{name:?} must be 1 to 100 of A-Z a-z 0-9 . _ -"),
+        ));
+    }
+    let prefix = m
+        .event_type_prefix
+        .clone()
+        .unwrap_or_else(|| format!("{name}."));
+    if prefix.len() > 100 || !prefix.bytes().all(is_event_type_byte) {
+        return Err((
+            "event_type_prefix",
+            "may only contain A-Z a-z 0-9 . _ : / - (at most 100 bytes)".into(),
+        ));
+    }
+    if !PUSH_KINDS.contains(&m.kind.as_str()) {
+        return Err(("kind", unsupported(&m.kind)));
+    }
+    let tolerance = tolerance(m.tolerance.as_deref())?;
+    let (secret_text, secrets) = secrets(&m, env)?;
+    let (verifier, event_type, delivery_id) = kind(&m, tolerance, secret_text.as_deref())?;
+    Ok(Source {
+        name,
+        kind: m.kind,
+        verifier,
+        secrets,
+        secret_env: m.secret_env,
+        event_type_prefix: prefix,
+        event_type,
+        delivery_id,
+    })
+}
+
+/// The kinds that receive pushed webhooks.
+const PUSH_KINDS: &[&str] = &[
+    "github",
+    "stripe",
+    "shopify",
+    "slack",
+    "standard-webhooks",
+    "hmac",
+    "token",
+    "none",
+];
+
+fn unsupported(kind: &str) -> String {
+    match kind {
+        "poll" | "websocket" => {
+            format!("kind {kind:?} (a pull source) is not available in this version")
+        }
+        other => format!(
+            "unknown source kind {other:?} (expected {})",
+            PUSH_KINDS.join(", ")
+        ),
+    }
+}
+
+fn tolerance(text: Option<&str>) -> Result<Option<Duration>, Problem> {
+    let Some(text) = text else {
+        return Ok(Some(DEFAULT_TOLERANCE));
+    };
+    match parse_duration(text) {
+        Some(d) if d.is_zero() => Ok(None),
+        Some(d) if d <= MAX_TOLERANCE => Ok(Some(d)),
+        _ => Err((
+            "tolerance",
+            format!("{text:?} is not a duration of at most 30 days"),
+        )),
+    }
+}
+
+/// The secret list from `secret_env`: `(raw text, secrets)`.
+fn secrets(
+    m: &Manifest,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Option<String>, Vec<Secret>), Problem> {
+    match (&m.secret_env, m.kind.as_str()) {
+        (None, "none") => Ok((None, Vec::new())),
+        (Some(_), "none") => Err((
+            "secret_env",
+            "kind \"none\" verifies nothing: remove secret_env".into(),
+        )),
+        (None, _) => Err(("secret_env", format!("kind {:?} needs secret_env", m.kind))),
+        (Some(var), _) => {
+            let value = env(var).filter(|v| !v.trim().is_empty()).ok_or_else(|| {
+                (
+                    "secret_env",
+                    format!("the environment variable {var} is not set"),
+                )
+            })?;
+            let list = value.split_whitespace().map(Secret::new).collect();
+            Ok((Some(value), list))
+        }
+    }
+}
+
+/// The kind's verifier and where it finds the event type and the delivery id.
+fn kind(
+    m: &Manifest,
+    tolerance: Option<Duration>,
+    secret_text: Option<&str>,
+) -> Result<(Verifier, Locator, Locator), Problem> {
+    use Locator::{BodyHash, FirstOf, Header, Pointer, WhenPresent};
+    let header = |name: &'static str| Header(http::HeaderName::from_static(name));
+    let body_type = || Pointer("/type".into());
+    let sections_allowed = match m.kind.as_str() {
+        "hmac" => m.token.is_none(),
+        "token" => m.hmac.is_none(),
+        _ => m.hmac.is_none() && m.token.is_none(),
+    };
+    if !sections_allowed {
+        let field = if m.hmac.is_some() { "hmac" } else { "token" };
+        return Err((
+            field,
+            format!("kind {:?} takes no [{field}] section", m.kind),
+        ));
+    }
+    Ok(match m.kind.as_str() {
+        "github" => (
+            Verifier::Github,
+            header("x-github-event"),
+            header("x-github-delivery"),
+        ),
+        "stripe" => (
+            Verifier::Stripe { tolerance },
+            body_type(),
+            Pointer("/id".into()),
+        ),
+        "shopify" => (
+            Verifier::Shopify,
+            header("x-shopify-topic"),
+            header("x-shopify-webhook-id"),
+        ),
+        "slack" => (
+            Verifier::Slack { tolerance },
+            FirstOf(vec![
+                Pointer("/event/type".into()),
+                body_type(),
+                // A slash command is a form body with a `command` field.
+                WhenPresent {
+                    pointer: "/command".into(),
+                    value: "slash_command",
+                },
+            ]),
+            FirstOf(vec![
+                Pointer("/event_id".into()),
+                Pointer("/trigger_id".into()),
+                BodyHash,
+            ]),
+        ),
+        "standard-webhooks" => {
+            let keys = crate::signing::Secret::parse_list(secret_text.unwrap_or_default())
+                .map_err(|e| ("secret_env", e.to_string()))?;
+            (
+                Verifier::StandardWebhooks { tolerance, keys },
+                body_type(),
+                header("webhook-id"),
+            )
+        }
+        "hmac" => hmac(m.hmac.as_ref())?,
+        "token" => {
+            let header = m
+                .token
+                .as_ref()
+                .and_then(|t| t.header.as_deref())
+                .map(|h| http::HeaderName::from_bytes(h.trim().as_bytes()))
+                .transpose()
+                .map_err(|_| ("header", "[token] header is not a header name".to_owned()))?;
+            (
+                Verifier::Token(verify::token::Scheme { header }),
+                body_type(),
+                BodyHash,
+            )
+        }
+        "none" => (Verifier::None, body_type(), BodyHash),
+        "poll" | "websocket" => {
+            return Err((
+                "kind",
+                format!(
+                    "kind {:?} (a pull source) is not available in this version",
+                    m.kind
+                ),
+            ));
+        }
+        other => {
+            return Err((
+                "kind",
+                format!(
+                    "unknown source kind {other:?} (expected github, stripe, shopify, slack, standard-webhooks, hmac, token or none)"
+                ),
+            ));
+        }
+    })
+}
+
+fn hmac(section: Option<&HmacSection>) -> Result<(Verifier, Locator, Locator), Problem> {
+    let s = section.ok_or(("hmac", "kind = \"hmac\" needs an [hmac] section".to_owned()))?;
+    let header = http::HeaderName::from_bytes(s.header.trim().as_bytes())
+        .map_err(|_| ("header", format!("{:?} is not a header name", s.header)))?;
+    let algorithm = match s.algorithm.as_deref().unwrap_or("sha256") {
+        "sha1" => Algorithm::Sha1,
+        "sha256" => Algorithm::Sha256,
+        "sha512" => Algorithm::Sha512,
+        other => {
+            return Err((
+                "algorithm",
+                format!("{other:?}: expected sha1, sha256 or sha512"),
+            ));
+        }
+    };
+    let encoding = match s.encoding.as_deref().unwrap_or("hex") {
+        "hex" => Encoding::Hex,
+        "base64" => Encoding::Base64,
+        other => return Err(("encoding", format!("{other:?}: expected hex or base64"))),
+    };
+    let event_type = Locator::parse(s.event_type.as_deref().unwrap_or("/type"))
+        .map_err(|e| ("event_type", e))?;
+    let id = match &s.id {
+        Some(text) => Locator::parse(text).map_err(|e| ("id", e))?,
+        None => Locator::BodyHash,
+    };
+    let scheme = verify::hmac::Scheme {
+        header,
+        algorithm,
+        encoding,
+        prefix: s.prefix.clone().unwrap_or_default(),
+    };
+    Ok((Verifier::Hmac(scheme), event_type, id))
+}
+
+/// The sources as `hookbox sources check` prints them: name, kind, URL path, the
+/// variable holding the secrets (never their values), the event type prefix.
+pub fn table(sources: &[Source]) -> String {
+    let mut rows = vec![["NAME", "KIND", "PATH", "SECRET_ENV", "EVENT TYPES"].map(String::from)];
+    for s in sources {
+        rows.push([
+            s.name.clone(),
+            s.kind.clone(),
+            s.path(),
+            s.secret_env.clone().unwrap_or_else(|| "-".into()),
+            format!("{}*", s.event_type_prefix),
+        ]);
+    }
+    crate::registry::manifest::columns(&rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(name: &str) -> Option<String> {
+        match name {
+            "S" => Some("one two".into()),
+            "WH" => Some("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into()),
+            "BLANK" => Some("  ".into()),
+            _ => None,
+        }
+    }
+
+    fn load(text: &str) -> Result<Source, ManifestError> {
+        load_str("sources/src.toml", text, &env)
+    }
+
+    fn field(text: &str) -> String {
+        load(text).expect_err("should be refused").field
+    }
+
+    #[test]
+    fn every_push_kind_loads() {
+        for kind in ["github", "stripe", "shopify", "slack", "token"] {
+            let s = load(&format!("kind = \"{kind}\"\nsecret_env = \"S\"")).expect(kind);
+            assert_eq!(s.secrets.len(), 2, "{kind}: both rotation secrets");
+            assert_eq!(s.event_type_prefix, "src.");
+        }
+        assert!(load("kind = \"standard-webhooks\"\nsecret_env = \"WH\"").is_ok());
+        assert!(load("kind = \"none\"").is_ok());
+        let h = load(
+            "kind = \"hmac\"\nsecret_env = \"S\"\n[hmac]\nheader = \"X-Sig\"\nid = \"header:X-Id\"",
+        )
+        .expect("hmac");
+        assert!(matches!(h.delivery_id, Locator::Header(_)));
+    }
+
+    #[test]
+    fn names_prefixes_and_tolerances() {
+        let s = load("name = \"gh-prod\"\nkind = \"github\"\nsecret_env = \"S\"\nevent_type_prefix = \"github.\"")
+            .expect("valid");
+        assert_eq!(
+            (s.name.as_str(), s.event_type_prefix.as_str()),
+            ("gh-prod", "github.")
+        );
+        let off = load("kind = \"stripe\"\nsecret_env = \"S\"\ntolerance = \"0s\"").expect("valid");
+        assert!(matches!(off.verifier, Verifier::Stripe { tolerance: None }));
+        assert_eq!(
+            field("kind = \"stripe\"\nsecret_env = \"S\"\ntolerance = \"31d\""),
+            "tolerance"
+        );
+        assert_eq!(field("name = \"a b\"\nkind = \"none\""), "name");
+        assert_eq!(
+            field("kind = \"none\"\nevent_type_prefix = \"a b\""),
+            "event_type_prefix"
+        );
+    }
+
+    #[test]
+    fn each_problem_names_its_field() {
+        assert_eq!(field("kind = \"github\""), "secret_env");
+        assert_eq!(
+            field("kind = \"github\"\nsecret_env = \"UNSET\""),
+            "secret_env"
+        );
+        assert_eq!(
+            field("kind = \"github\"\nsecret_env = \"BLANK\""),
+            "secret_env"
+        );
+        assert_eq!(field("kind = \"none\"\nsecret_env = \"S\""), "secret_env");
+        assert_eq!(
+            field("kind = \"standard-webhooks\"\nsecret_env = \"S\""),
+            "secret_env"
+        );
+        assert_eq!(field("kind = \"gitlab\"\nsecret_env = \"S\""), "kind");
+        assert_eq!(field("kind = \"poll\""), "kind");
+        assert_eq!(field("kind = \"none\"\nsecrets = \"x\""), "secrets");
+        assert_eq!(field("kind = \"hmac\"\nsecret_env = \"S\""), "hmac");
+        assert_eq!(
+            field("kind = \"github\"\nsecret_env = \"S\"\n[token]\nheader = \"X\""),
+            "token"
+        );
+        let bad_alg =
+            "kind = \"hmac\"\nsecret_env = \"S\"\n[hmac]\nheader = \"X\"\nalgorithm = \"md5\"";
+        assert_eq!(field(bad_alg), "algorithm");
+        let e = load("kind = \"github\"\nsecret_env = \"UNSET\"").expect_err("refused");
+        assert!(
+            e.to_string().starts_with("sources/src.toml: secret_env:"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn secrets_never_show_in_debug() {
+        let s = load("kind = \"github\"\nsecret_env = \"S\"").expect("valid");
+        let shown = format!("{s:?}");
+        assert!(!shown.contains("one") && !shown.contains("two"), "{shown}");
+    }
+}

@@ -1,0 +1,79 @@
+//! Sources: webhooks as providers send them (`POST /ingest/{name}`).
+//!
+//! A source is one `*.toml` in `SOURCES_DIR` ([`manifest`]): a name, a kind
+//! (`github`, `stripe`, `shopify`, `slack`, `standard-webhooks`, `hmac`, `token`,
+//! `none`), the environment variable holding its secrets, and the prefix its event
+//! types get. A request is [verified](verify) over its raw bytes first; only then is
+//! the body parsed and [identified](identify): the provider's event type (prefixed)
+//! and delivery id, whose `{name}:{id}` is the event's idempotency key.
+//!
+//! ```
+//! use hookbox::sources::manifest::load_str;
+//!
+//! let env = |name: &str| (name == "GH_SECRET").then(|| "s3cret".to_owned());
+//! let source = load_str("gh.toml", "kind = \"github\"\nsecret_env = \"GH_SECRET\"\n", &env).unwrap();
+//! assert_eq!(source.name, "gh");
+//! assert_eq!(source.event_type_prefix, "gh.");
+//! assert_eq!(source.path(), "/ingest/gh");
+//! ```
+
+pub mod identify;
+pub mod manifest;
+pub mod verify;
+
+use crate::config::Secret;
+use identify::Locator;
+use verify::Verifier;
+
+/// One configured push source.
+#[derive(Clone)]
+pub struct Source {
+    /// Unique, `[A-Za-z0-9._-]`; the last segment of its URL.
+    pub name: String,
+    /// The manifest's `kind`, as written.
+    pub kind: String,
+    /// How requests are verified.
+    pub verifier: Verifier,
+    /// The secrets any of which verifies (empty for `none`).
+    pub secrets: Vec<Secret>,
+    /// The variable the secrets came from (shown; its value never is).
+    pub secret_env: Option<String>,
+    /// Prepended to the provider's event type.
+    pub event_type_prefix: String,
+    /// Where the provider's event type is.
+    pub event_type: Locator,
+    /// Where the provider's delivery id is.
+    pub delivery_id: Locator,
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Source")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("secret_env", &self.secret_env)
+            .field("event_type_prefix", &self.event_type_prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Source {
+    /// The URL path a sender posts to.
+    pub fn path(&self) -> String {
+        format!("/ingest/{}", self.name)
+    }
+
+    /// The idempotency key of a delivery: `{name}:{delivery id}`.
+    pub fn key(&self, delivery_id: &str) -> String {
+        format!("{}:{delivery_id}", self.name)
+    }
+}
+
+/// True for a valid source name: 1–100 of `[A-Za-z0-9._-]`.
+pub fn is_valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 100
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
