@@ -16,3 +16,4 @@ mod library;
 mod processing;
 mod receiver;
 mod status;
+mod store;
