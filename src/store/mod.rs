@@ -112,6 +112,27 @@ pub(crate) mod sql {
         active = $8, updated_at = $10 WHERE name = $1";
 }
 
+/// Text as both stores keep it: PostgreSQL refuses NUL in text, so every NUL
+/// becomes U+FFFD (as undecodable bytes of a handler's output already do).
+pub(crate) fn storable(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains('\0') {
+        text.replace('\0', "\u{fffd}").into()
+    } else {
+        text.into()
+    }
+}
+
+/// An outcome as both stores record it: its error (a receiver's answer or a
+/// program's stderr, any bytes) made [`storable`].
+pub(crate) fn storable_finish(mut finish: Finish) -> Finish {
+    if let Some(error) = &finish.last_error {
+        if let std::borrow::Cow::Owned(clean) = storable(error) {
+            finish.last_error = Some(clean);
+        }
+    }
+    finish
+}
+
 /// A subscriber's `event_types` and `backoff` as the JSON text both stores keep.
 pub(crate) fn subscriber_lists(
     s: &crate::model::Subscriber,
@@ -303,4 +324,18 @@ pub struct Claimed {
     /// When fewer than asked were claimed: how long until the next waiting retry is
     /// due, if one is waiting.
     pub next_due: Option<Duration>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nul_bytes_are_replaced_and_clean_text_is_not_copied() {
+        assert_eq!(storable("a\0b\0"), "a\u{fffd}b\u{fffd}");
+        assert!(matches!(
+            storable("clean"),
+            std::borrow::Cow::Borrowed("clean")
+        ));
+    }
 }

@@ -295,7 +295,7 @@ impl Store for PgStore {
     async fn finish(&self, finish: Finish) -> Result<(), StoreError> {
         let (reply, answer) = oneshot::channel();
         self.finishes
-            .send((finish, reply))
+            .send((super::storable_finish(finish), reply))
             .await
             .map_err(|_| StoreError::WriterGone)?;
         answer.await.map_err(|_| StoreError::WriterGone)?

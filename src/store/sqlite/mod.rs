@@ -238,6 +238,7 @@ impl Store for SqliteStore {
     }
 
     async fn finish(&self, finish: Finish) -> Result<(), StoreError> {
+        let finish = super::storable_finish(finish);
         self.send(|reply| Write::Finish(finish, reply)).await
     }
 
