@@ -2,11 +2,15 @@
 //! metric label cardinality, cached gauges, outcomes that cannot be written (a full
 //! disk) and PostgreSQL backpressure that counts only due work.
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::json;
 
-use crate::harness::{Hookbox, exec_manifest, http_manifest, new_dir, on_both_backends, script};
+use crate::harness::{
+    Hookbox, eventually, exec_manifest, http_manifest, new_dir, on_both_backends, script,
+};
 use crate::receiver::{Answer, Receiver};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -87,4 +91,94 @@ fn events_received_are_labelled_by_the_pattern_that_routed_them() {
             "{raw} is a label:\n{text}"
         );
     }
+}
+
+/// A tmpfs mounted for one test, unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size` on a fresh directory under `parent`; `None` when
+    /// this process may not mount (not root).
+    fn mount(parent: &Path, size: &str) -> Option<Self> {
+        let dir = parent.join("tmpfs");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "hookbox-test"])
+            .arg(&dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(Self(dir))
+    }
+
+    /// Writes zeros into `fill` until the filesystem is full.
+    fn fill(&self) -> PathBuf {
+        let fill = self.0.join("fill");
+        let _ = Command::new("dd")
+            .args(["if=/dev/zero", "bs=4096"])
+            .arg(format!("of={}", fill.display()))
+            .stderr(std::process::Stdio::null())
+            .status();
+        fill
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// An outcome that cannot be written (the disk is full) is kept and written once
+/// there is room again; the attempt is not run again meanwhile.
+#[test]
+fn an_outcome_that_cannot_be_written_is_retried_without_running_the_attempt_again() {
+    let dir = new_dir();
+    let Some(disk) = Tmpfs::mount(dir.path(), "4m") else {
+        eprintln!("SKIPPED: mounting a tmpfs needs root");
+        return;
+    };
+    let runs = dir.path().join("runs");
+    let go = dir.path().join("go");
+    let handler = script(
+        dir.path(),
+        "slow.sh",
+        &format!(
+            "echo run >> {}\nwhile [ ! -e {} ]; do sleep 0.05; done",
+            runs.display(),
+            go.display()
+        ),
+    );
+    exec_manifest(
+        dir.path(),
+        "slow",
+        r#"["slow"]"#,
+        &handler,
+        "timeout = \"120s\"",
+    );
+    let db_path = disk.0.join("events.db");
+    let env = [("DB_PATH", db_path.to_str().expect("path"))];
+    let hb = Hookbox::restart(dir.clone(), &env);
+    let id = post(&hb, "slow", 1);
+    let count = || {
+        std::fs::read_to_string(&runs)
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    };
+    eventually(WAIT, "the attempt to start", || {
+        (count() == 1).then_some(())
+    });
+    let fill = disk.fill();
+    std::fs::write(&go, "").expect("go");
+    // The old code re-ran the attempt every 5 s while the outcome could not be
+    // written.
+    std::thread::sleep(Duration::from_secs(12));
+    assert_eq!(count(), 1, "the attempt ran again: {:?}", hb.logs());
+    assert!(
+        hb.logs().iter().any(|l| l.contains("could not record")),
+        "the disk was never full: {:?}",
+        hb.logs()
+    );
+    std::fs::remove_file(fill).expect("free the disk");
+    hb.wait_status(&id, "completed", WAIT);
+    assert_eq!(count(), 1);
 }
