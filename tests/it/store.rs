@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
@@ -19,6 +19,13 @@ fn post(hb: &Hookbox, event_type: &str, n: u32) -> String {
     let r = hb.post(&json!({"event_type": event_type, "payload": {"n": n}}), &[]);
     assert_eq!(r.status, 202, "{}", r.text);
     r.json()["id"].as_str().expect("id").to_owned()
+}
+
+/// The value of an unlabelled metric line `name value` in a Prometheus text.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("{name} missing:\n{text}"))
 }
 
 on_both_backends! {
@@ -91,6 +98,33 @@ fn events_received_are_labelled_by_the_pattern_that_routed_them() {
             "{raw} is a label:\n{text}"
         );
     }
+}
+
+on_both_backends! {
+/// The gauges behind `/metrics` are computed at most once a second: a scrape
+/// right after another shows the same counts, one a second later the new ones.
+fn metrics_gauges_are_computed_at_most_once_a_second(db: &Db) {
+    let dir = new_dir();
+    let hold = script(dir.path(), "hold.sh", "sleep 60");
+    exec_manifest(dir.path(), "hold", r#"["hold"]"#, &hold, "timeout = \"120s\"");
+    let hb = Hookbox::restart(dir, &db.env(&[]));
+    let scrape = || metric(&hb.get("/metrics").expect("metrics").text, "hookbox_events_pending");
+    for n in 0..5 {
+        std::thread::sleep(Duration::from_millis(1200));
+        let started = Instant::now();
+        let before = scrape();
+        post(&hb, "hold", n);
+        let again = scrape();
+        if started.elapsed() > Duration::from_millis(800) {
+            continue; // too slow to tell (a loaded machine): try again
+        }
+        assert_eq!(again, before, "a second scrape within a second recomputed");
+        std::thread::sleep(Duration::from_millis(1200));
+        assert_eq!(scrape(), before + 1.0, "the gauges were never recomputed");
+        return;
+    }
+    panic!("never managed two scrapes within 800 ms");
+}
 }
 
 /// A tmpfs mounted for one test, unmounted when dropped.

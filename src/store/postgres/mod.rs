@@ -53,6 +53,8 @@ pub struct PgStore {
     /// The group-commit task for outcomes.
     finishes: mpsc::Sender<finisher::Request>,
     listening: Arc<OnceLock<()>>,
+    /// The gauges' counts, computed at most once a second.
+    stats: Arc<super::StatsCache>,
 }
 
 impl PgStore {
@@ -81,12 +83,27 @@ impl PgStore {
             finishes,
             announced: Arc::new(Notify::new()),
             listening: Arc::new(OnceLock::new()),
+            stats: Arc::default(),
         })
     }
 
     /// The pool (for tools and tests).
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// The counts behind [`Store::stats`], computed now.
+    async fn count(&self) -> Result<Stats, StoreError> {
+        let row = sqlx::query(super::sql::STATS).fetch_one(&self.pool).await?;
+        let count = |col: &str| -> Result<u64, StoreError> {
+            let n: i64 = row.try_get(col)?;
+            Ok(u64::try_from(n).unwrap_or(0))
+        };
+        Ok(Stats {
+            pending_events: count("pending")?,
+            dead_letters: count("dead")?,
+            oldest_pending: rows::opt_time(&row, "oldest")?,
+        })
     }
 
     /// The event of `row` (a row of [`EVENT_COLUMNS`]) with its deliveries.
@@ -315,16 +332,7 @@ impl Store for PgStore {
     }
 
     async fn stats(&self) -> Result<Stats, StoreError> {
-        let row = sqlx::query(super::sql::STATS).fetch_one(&self.pool).await?;
-        let count = |col: &str| -> Result<u64, StoreError> {
-            let n: i64 = row.try_get(col)?;
-            Ok(u64::try_from(n).unwrap_or(0))
-        };
-        Ok(Stats {
-            pending_events: count("pending")?,
-            dead_letters: count("dead")?,
-            oldest_pending: rows::opt_time(&row, "oldest")?,
-        })
+        self.stats.get(self.count()).await
     }
 
     async fn dead_letters(
