@@ -334,7 +334,9 @@ pub trait ClaimStore: Send + Sync + 'static {
     /// so that other instances take them at once instead of after the lease.
     async fn release(&self) -> Result<u64, StoreError>;
 
-    /// Deliveries `pending` or `processing`, on every instance.
+    /// Deliveries due or running, on every instance: `pending` ones whose
+    /// `retry_after` has passed (or that have none) and `processing` ones. Retries
+    /// still waiting are not counted.
     async fn backlog(&self) -> Result<u64, StoreError>;
 
     /// Tells every instance's claimers that new work is due (`NOTIFY`).

@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::harness::{
-    Hookbox, eventually, exec_manifest, http_manifest, new_dir, on_both_backends, script,
+    Db, Hookbox, eventually, exec_manifest, http_manifest, new_dir, on_both_backends, script,
 };
 use crate::receiver::{Answer, Receiver};
 
@@ -215,4 +215,51 @@ fn an_outcome_that_cannot_be_written_is_retried_without_running_the_attempt_agai
     std::fs::remove_file(fill).expect("free the disk");
     hb.wait_status(&id, "completed", WAIT);
     assert_eq!(count(), 1);
+}
+
+/// PostgreSQL: waiting retries (here of one dead handler with a long backoff) are
+/// not due work, so they do not count against `QUEUE_MAXSIZE`.
+#[test]
+fn waiting_retries_do_not_make_intake_answer_429() {
+    let db = Db::postgres();
+    let dir = new_dir();
+    let dead = script(dir.path(), "dead.sh", "exit 1");
+    let ok = script(dir.path(), "ok.sh", "exit 0");
+    exec_manifest(
+        dir.path(),
+        "dead",
+        r#"["dead"]"#,
+        &dead,
+        "max_attempts = 10\nbackoff = [\"1h\"]",
+    );
+    exec_manifest(dir.path(), "ok", r#"["ok"]"#, &ok, "");
+    let env = [("QUEUE_MAXSIZE", "5"), ("WORKER_COUNT", "2")];
+    let hb = Hookbox::restart(dir, &db.env(&env));
+    let waiting = |hb: &Hookbox, ids: &[String]| {
+        ids.iter().all(|id| {
+            hb.get(&format!("/webhooks/{id}"))
+                .is_ok_and(|r| r.json()["attempts"] == 1 && r.json()["status"] != "completed")
+        })
+    };
+    let mut dead_ids = Vec::new();
+    for round in 0..4 {
+        for n in 0..4 {
+            dead_ids.push(post(&hb, "dead", round * 10 + n));
+        }
+        eventually(WAIT, "every dead delivery to wait for its retry", || {
+            waiting(&hb, &dead_ids).then_some(())
+        });
+        // Let the backlog count catch up (it is refreshed every 100 ms).
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(dead_ids.len() > 5);
+    for n in 0..3 {
+        let id = post(&hb, "ok", n);
+        hb.wait_status(&id, "completed", WAIT);
+    }
+    let ev: Value = hb
+        .get(&format!("/webhooks/{}", dead_ids[0]))
+        .expect("get")
+        .json();
+    assert_eq!(ev["status"], "processing", "{ev}");
 }

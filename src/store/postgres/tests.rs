@@ -1,11 +1,12 @@
 //! The plans of the PostgreSQL store's big queries, on the real server
 //! (`HOOKBOX_TEST_PG`, default `postgres://postgres@127.0.0.1:5432`) with a
-//! database of their own, filled and analysed: retention reads through its index
-//! only as far as its batch.
+//! database of their own, filled and analysed: retention and the claim read through
+//! their indexes only as far as their batch.
 
 use sqlx::{Connection, Executor, PgConnection, Row};
 
 use super::{PURGE, PgStore};
+use crate::store::ClaimStore;
 
 fn server() -> String {
     std::env::var("HOOKBOX_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
@@ -130,5 +131,60 @@ async fn retention_reads_one_batch_through_the_terminal_events_index() {
     assert!(!text.contains("Seq Scan on events"), "{text}");
     assert!(text.contains("events_pkey"), "{text}");
     assert_eq!(discarded(&plan), 0, "{text}");
+    drop(store);
+}
+
+#[tokio::test]
+async fn claims_read_due_work_without_walking_past_waiting_retries() {
+    let db = TestDb::new().await;
+    let store = busy_store(&db).await;
+    let plan = explain_analyze(&store, &super::claim::claim_sql(), |q| {
+        q.bind(8_i64).bind(30_000_i64).bind("test")
+    })
+    .await;
+    let text = plan.join("\n");
+    assert!(text.contains("deliveries_fresh"), "{text}");
+    assert!(text.contains("deliveries_retry"), "{text}");
+    assert!(!text.contains("Seq Scan on deliveries"), "{text}");
+    assert!(
+        discarded(&plan) < 100,
+        "the claim read and discarded rows it did not claim:\n{text}"
+    );
+    let claimed = store
+        .claim(8, std::time::Duration::from_secs(30))
+        .await
+        .expect("claim");
+    assert_eq!(claimed.tasks.len(), 8);
+    assert!(claimed.tasks.iter().all(|t| t.attempts == 0));
+    drop(store);
+}
+
+#[tokio::test]
+async fn the_backlog_counts_due_and_running_work_not_waiting_retries() {
+    let db = TestDb::new().await;
+    let store = busy_store(&db).await;
+    assert_eq!(store.backlog().await.expect("backlog"), 50);
+    store
+        .claim(8, std::time::Duration::from_secs(30))
+        .await
+        .expect("claim");
+    assert_eq!(
+        store.backlog().await.expect("backlog"),
+        50,
+        "running work counts"
+    );
+    store
+        .pool()
+        .execute(
+            "UPDATE deliveries SET retry_after = now() - interval '1 second' \
+             WHERE id IN (SELECT id FROM deliveries WHERE attempts = 1 LIMIT 10)",
+        )
+        .await
+        .expect("make retries due");
+    assert_eq!(
+        store.backlog().await.expect("backlog"),
+        60,
+        "due retries count"
+    );
     drop(store);
 }
