@@ -1,7 +1,8 @@
-//! The plans of the PostgreSQL store's big queries, on the real server
-//! (`HOOKBOX_TEST_PG`, default `postgres://postgres@127.0.0.1:5432`) with a
-//! database of their own, filled and analysed: retention and the claim read through
-//! their indexes only as far as their batch.
+//! The PostgreSQL store on the real server (`HOOKBOX_TEST_PG`, default
+//! `postgres://postgres@127.0.0.1:5432`), each test with a database of its own:
+//! the plans of its big queries on filled, analysed tables (retention and the claim
+//! read through their indexes only as far as their batch), the backlog count, and
+//! the outcome finisher's one-by-one fallback.
 
 use sqlx::{Connection, Executor, PgConnection, Row};
 
@@ -186,5 +187,62 @@ async fn the_backlog_counts_due_and_running_work_not_waiting_retries() {
         60,
         "due retries count"
     );
+    drop(store);
+}
+
+/// An outcome PostgreSQL refuses (a NUL in text, sent here past the store's
+/// cleaning) fails alone; the outcome batched with it is recorded.
+#[tokio::test]
+async fn a_refused_outcome_fails_alone_not_with_its_batch() {
+    let db = TestDb::new().await;
+    let store = PgStore::open(&db.url, 2).await.expect("open");
+    store
+        .pool()
+        .execute(sqlx::raw_sql(
+            "INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256,
+                                 status, created_at, updated_at)
+             VALUES (gen_random_uuid(), 'k', 't', '{}', '-', 'pending', now(), now());
+             INSERT INTO deliveries (id, event_id, handler, created_at, updated_at)
+             SELECT gen_random_uuid(), id, h, now(), now() FROM events, unnest('{a,b}'::text[]) h;",
+        ))
+        .await
+        .expect("fill");
+    let claimed = store
+        .claim(2, std::time::Duration::from_secs(30))
+        .await
+        .expect("claim")
+        .tasks;
+    assert_eq!(claimed.len(), 2);
+    let finish = |task: &crate::model::DeliveryTask, error: &str| crate::model::Finish {
+        delivery_id: task.delivery_id,
+        event_id: task.event_id,
+        status: crate::model::Status::Failed,
+        attempts: 1,
+        last_error: Some(error.to_owned()),
+        retry_after: None,
+    };
+    // Both are queued before the finisher runs (this runtime has one thread), so
+    // they are one batch.
+    let (poison, poisoned) = tokio::sync::oneshot::channel();
+    let (clean, cleaned) = tokio::sync::oneshot::channel();
+    store
+        .finishes
+        .try_send((finish(&claimed[0], "nul\0here"), poison))
+        .expect("send");
+    store
+        .finishes
+        .try_send((finish(&claimed[1], "plain"), clean))
+        .expect("send");
+    assert!(poisoned.await.expect("answer").is_err());
+    cleaned
+        .await
+        .expect("answer")
+        .expect("the clean outcome is recorded");
+    let failed: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM deliveries WHERE last_error = 'plain'")
+            .fetch_one(store.pool())
+            .await
+            .expect("count");
+    assert_eq!(failed, 1);
     drop(store);
 }
