@@ -476,7 +476,9 @@ async fn follow_subscribers(state: AppState) {
     }
 }
 
-/// Sets the gauges of SPEC §5 (called when `/metrics` is scraped, so they are exact).
+/// Sets the gauges of SPEC §5 (called when `/metrics` is scraped). The store's
+/// counts are computed at most once a second however often it is scraped
+/// ([`crate::store::STATS_MAX_AGE`]); the queue's are read as they are.
 pub async fn update_gauges(state: &AppState) {
     metrics::gauge!(names::QUEUE_CAPACITY).set(state.dispatch.capacity() as f64);
     metrics::gauge!(names::QUEUE_DEPTH).set(state.dispatch.depth() as f64);

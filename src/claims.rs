@@ -20,9 +20,10 @@
 //! id): a claim whose answer was lost is left to expire rather than held forever.
 //! On a clean shutdown the instance releases what it still holds at once.
 //!
-//! Backpressure reads the shared backlog: deliveries `pending` or `processing` on
-//! every instance, counted every [`BACKLOG_REFRESH`] and compared with
-//! `QUEUE_MAXSIZE`.
+//! Backpressure reads the shared backlog: deliveries due or running on every
+//! instance (retries still waiting for their time are not work yet, so one dead
+//! subscriber cannot make intake refuse everyone), counted every
+//! [`BACKLOG_REFRESH`] and compared with `QUEUE_MAXSIZE`.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -60,7 +61,7 @@ pub struct Claims {
     wake: Notify,
     /// Wakes the notifier, which sends one `NOTIFY` for any number of wake-ups.
     announce: Notify,
-    /// Deliveries unfinished on every instance, as last counted.
+    /// Deliveries due or running on every instance, as last counted.
     backlog: AtomicU64,
     /// Deliveries claimed and not yet seen finished: the leases to renew.
     held: Mutex<HashSet<uuid::Uuid>>,

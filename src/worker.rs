@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use futures_util::FutureExt;
 use tower::ServiceExt;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 use uuid::Uuid;
 
 use crate::model::{DeliveryTask, Finish, NewEvent, Status, Timestamp};
@@ -19,7 +19,7 @@ use crate::queue::Queue;
 use crate::registry::live::LiveRegistry;
 use crate::registry::{Event, Route};
 use crate::retry::{Decision, Failure, jitter};
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use crate::telemetry::names;
 use crate::timer::Timer;
 
@@ -94,15 +94,16 @@ impl Job {
 }
 
 /// What fills the workers' queue, which decides where a delivery goes after a
-/// retryable failure, and what happens when an outcome cannot be written.
+/// retryable failure. (An outcome that cannot be written is retried in place on
+/// both, holding the job's queue place: see `Workers::commit`.)
 #[derive(Clone)]
 pub enum Feed {
     /// Intake, startup recovery and this retry timer push jobs (SQLite: one
-    /// instance). A retry waits in the timer; a failed write is retried later.
+    /// instance). A retry waits in the timer.
     Local(Timer),
     /// A claimer takes due deliveries from the database that several instances
     /// share (PostgreSQL, [`crate::claims`]). A retry waits in the database until
-    /// its `retry_after`; a failed write is retried in place while the lease is kept.
+    /// its `retry_after`; the lease is kept while an outcome is being written.
     Claims(Arc<crate::claims::Claims>),
 }
 
@@ -281,7 +282,7 @@ impl Workers {
         let timer = match &self.feed {
             Feed::Local(timer) => timer,
             Feed::Claims(claims) => {
-                self.record_claimed(outcome.finish).await;
+                self.commit(&outcome.finish).await;
                 // The claim loop learnt of due times when it last claimed; tell it
                 // of this retry's, or it waits for its fallback poll.
                 if let Some(after) = outcome.retry {
@@ -290,39 +291,51 @@ impl Workers {
                 return;
             }
         };
-        let job = Job::deliver(outcome.finish.delivery_id, outcome.finish.event_id);
-        let terminal = outcome.finish.status.is_terminal();
-        let delivery = outcome.finish.delivery_id;
-        match self.store.finish(outcome.finish).await {
-            Ok(()) => {
-                if let Some(after) = outcome.retry {
-                    timer.after(job, after);
-                }
-                if let (true, Some(gate), Some((handler, value))) =
-                    (terminal, &self.gate, &outcome.ordering)
-                {
-                    if let Some(next) = gate.finished(handler, value, delivery) {
-                        self.queue.push(next);
-                    }
-                }
-            }
-            Err(e) => {
-                warn!(error = %e, "could not record an attempt; it will run again");
-                timer.after(job, RETRY_STORE_AFTER);
+        if !self.commit(&outcome.finish).await {
+            return;
+        }
+        if let Some(after) = outcome.retry {
+            timer.after(job_of_finish(&outcome.finish), after);
+        }
+        if let (true, Some(gate), Some((handler, value))) = (
+            outcome.finish.status.is_terminal(),
+            &self.gate,
+            &outcome.ordering,
+        ) {
+            if let Some(next) = gate.finished(handler, value, outcome.finish.delivery_id) {
+                self.queue.push(next);
             }
         }
     }
 
-    /// Commits a claimed delivery's outcome, retrying while the database is away
-    /// (the lease is renewed meanwhile; if this instance stops first, the lease
-    /// expires and the attempt runs again elsewhere).
-    async fn record_claimed(&self, finish: Finish) {
+    /// Commits an outcome, retrying with backoff while the store cannot write it
+    /// (a full disk, the database away): the attempt ran, so it is its outcome that
+    /// is retried, never the attempt. The caller keeps the job's queue place (and
+    /// on PostgreSQL the lease) meanwhile. Gives up only when the store has stopped
+    /// (shutdown): the delivery is still unfinished in the database then, and runs
+    /// again after the restart (at-least-once). False when it gave up.
+    async fn commit(&self, finish: &Finish) -> bool {
         let mut wait = std::time::Duration::from_millis(100);
+        let mut failures = 0u32;
         loop {
             match self.store.finish(finish.clone()).await {
-                Ok(()) => return,
+                Ok(()) => {
+                    if failures > 0 {
+                        info!(delivery = %finish.delivery_id, failures, "attempt recorded after all");
+                    }
+                    return true;
+                }
+                Err(StoreError::WriterGone) => {
+                    warn!(delivery = %finish.delivery_id, "the store stopped before the attempt was recorded; it runs again after a restart");
+                    return false;
+                }
                 Err(e) => {
-                    warn!(delivery = %finish.delivery_id, error = %e, "could not record an attempt; retrying");
+                    if failures == 0 {
+                        warn!(delivery = %finish.delivery_id, error = %e, "could not record an attempt; retrying the write (not the attempt)");
+                    } else {
+                        debug!(delivery = %finish.delivery_id, error = %e, failures, "could not record an attempt yet");
+                    }
+                    failures = failures.saturating_add(1);
                     tokio::time::sleep(wait).await;
                     wait = (wait * 2).min(RETRY_STORE_AFTER);
                 }
@@ -363,6 +376,10 @@ pub const MARK_PROCESSING_AFTER: std::time::Duration = std::time::Duration::from
 
 fn job_of(task: &DeliveryTask) -> Job {
     Job::deliver(task.delivery_id, task.event_id)
+}
+
+fn job_of_finish(finish: &Finish) -> Job {
+    Job::deliver(finish.delivery_id, finish.event_id)
 }
 
 fn count(route: &Route, outcome: &'static str) {

@@ -301,11 +301,7 @@ pub async fn intake(
             )));
         }
     };
-    let label = if registry.is_routed(&stored.event_type) {
-        stored.event_type.clone()
-    } else {
-        "other".to_owned()
-    };
+    let label = registry.event_type_label(&stored.event_type);
     metrics::counter!(names::EVENTS_RECEIVED, "event_type" => label).increment(1);
     if jobs.first().is_some_and(|j| matches!(j, Job::Unrouted(_))) {
         metrics::counter!(names::EVENTS_UNROUTED).increment(1);

@@ -134,9 +134,35 @@ impl Registry {
         self.routes.iter().find(|r| r.name == name)
     }
 
-    /// True when some handler receives `event_type` (metric labels use it).
+    /// True when some handler receives `event_type`.
     pub fn is_routed(&self, event_type: &str) -> bool {
         self.routes.iter().any(|r| r.matches(event_type))
+    }
+
+    /// The `event_type` label of `hookbox_events_received_total` (SPEC §5), bounded
+    /// by the routing table: `event_type` itself when a handler routes it by exact
+    /// name, else the longest wildcard pattern that routes it (`github.*`, `*`),
+    /// else `other`.
+    pub fn event_type_label(&self, event_type: &str) -> String {
+        let mut widest: Option<&str> = None;
+        for pattern in self
+            .routes
+            .iter()
+            .filter(|r| r.active)
+            .flat_map(|r| &r.patterns)
+        {
+            match pattern {
+                Pattern::Exact(name) if name == event_type => return name.clone(),
+                Pattern::Prefix(prefix)
+                    if event_type.starts_with(prefix.as_str())
+                        && widest.is_none_or(|w| prefix.len() > w.len()) =>
+                {
+                    widest = Some(prefix);
+                }
+                _ => {}
+            }
+        }
+        widest.map_or_else(|| "other".to_owned(), |prefix| format!("{prefix}*"))
     }
 
     /// One new delivery per matching handler, with its ordering value.
@@ -306,6 +332,29 @@ mod tests {
         assert_eq!(d[1].ordering_value, None);
         assert_eq!(r.deliveries("order.created", &payload).len(), 2);
         assert!(!r.is_routed("") || r.is_routed("x"));
+    }
+
+    #[test]
+    fn labels_are_the_exact_name_or_the_longest_routing_pattern_or_other() {
+        let mut r = Registry::builder()
+            .named("all", &["*"], ok())
+            .named("gh", &["github.*", "github.pull_request.*"], ok())
+            .named("exact", &["github.push"], ok())
+            .named("off", &["off.*"], ok())
+            .build()
+            .expect("valid");
+        r.routes[3].active = false;
+        assert_eq!(r.event_type_label("github.push"), "github.push");
+        assert_eq!(r.event_type_label("github.ping"), "github.*");
+        assert_eq!(
+            r.event_type_label("github.pull_request.opened"),
+            "github.pull_request.*"
+        );
+        assert_eq!(r.event_type_label("off.x"), "*");
+        assert_eq!(r.event_type_label("anything"), "*");
+        r.routes.remove(0);
+        assert_eq!(r.event_type_label("anything"), "other");
+        assert_eq!(r.event_type_label("off.x"), "other");
     }
 
     #[test]

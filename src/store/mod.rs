@@ -112,6 +112,55 @@ pub(crate) mod sql {
         active = $8, updated_at = $10 WHERE name = $1";
 }
 
+/// How long [`Store::stats`] answers with the counts it last computed.
+pub const STATS_MAX_AGE: Duration = Duration::from_secs(1);
+
+/// The counts [`Store::stats`] last computed, reused for [`STATS_MAX_AGE`]: they
+/// scan the tables, and `/metrics` may be scraped any number of times a second by
+/// any number of scrapers at once. Concurrent callers wait for one computation.
+#[derive(Debug, Default)]
+pub(crate) struct StatsCache(tokio::sync::Mutex<Option<(tokio::time::Instant, Stats)>>);
+
+impl StatsCache {
+    /// The cached counts if younger than [`STATS_MAX_AGE`], else `compute`'s.
+    pub(crate) async fn get<F>(&self, compute: F) -> Result<Stats, StoreError>
+    where
+        F: std::future::Future<Output = Result<Stats, StoreError>>,
+    {
+        let mut cached = self.0.lock().await;
+        if let Some((at, stats)) = &*cached {
+            if at.elapsed() < STATS_MAX_AGE {
+                return Ok(stats.clone());
+            }
+        }
+        let started = tokio::time::Instant::now();
+        let stats = compute.await?;
+        *cached = Some((started, stats.clone()));
+        Ok(stats)
+    }
+}
+
+/// Text as both stores keep it: PostgreSQL refuses NUL in text, so every NUL
+/// becomes U+FFFD (as undecodable bytes of a handler's output already do).
+pub(crate) fn storable(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains('\0') {
+        text.replace('\0', "\u{fffd}").into()
+    } else {
+        text.into()
+    }
+}
+
+/// An outcome as both stores record it: its error (a receiver's answer or a
+/// program's stderr, any bytes) made [`storable`].
+pub(crate) fn storable_finish(mut finish: Finish) -> Finish {
+    if let Some(error) = &finish.last_error {
+        if let std::borrow::Cow::Owned(clean) = storable(error) {
+            finish.last_error = Some(clean);
+        }
+    }
+    finish
+}
+
 /// A subscriber's `event_types` and `backoff` as the JSON text both stores keep.
 pub(crate) fn subscriber_lists(
     s: &crate::model::Subscriber,
@@ -183,7 +232,8 @@ pub trait Store: Send + Sync + 'static {
     /// deliveries); returns how many.
     async fn purge(&self, cutoff: Timestamp, limit: u32) -> Result<u64, StoreError>;
 
-    /// Counts for the gauges of SPEC §5.
+    /// Counts for the gauges of SPEC §5, computed at most once per
+    /// [`STATS_MAX_AGE`] (callers in between get the last counts).
     async fn stats(&self) -> Result<Stats, StoreError>;
 
     /// A page of dead letters (failed deliveries), newest first; `before` is the
@@ -284,7 +334,9 @@ pub trait ClaimStore: Send + Sync + 'static {
     /// so that other instances take them at once instead of after the lease.
     async fn release(&self) -> Result<u64, StoreError>;
 
-    /// Deliveries `pending` or `processing`, on every instance.
+    /// Deliveries due or running, on every instance: `pending` ones whose
+    /// `retry_after` has passed (or that have none) and `processing` ones. Retries
+    /// still waiting are not counted.
     async fn backlog(&self) -> Result<u64, StoreError>;
 
     /// Tells every instance's claimers that new work is due (`NOTIFY`).
@@ -303,4 +355,49 @@ pub struct Claimed {
     /// When fewer than asked were claimed: how long until the next waiting retry is
     /// due, if one is waiting.
     pub next_due: Option<Duration>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn concurrent_stats_callers_share_one_computation_a_second() {
+        let cache = std::sync::Arc::new(StatsCache::default());
+        let computed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let ask = || {
+            let (cache, computed) = (cache.clone(), computed.clone());
+            tokio::spawn(async move {
+                cache
+                    .get(async {
+                        let n = computed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        Ok(Stats {
+                            pending_events: n,
+                            ..Stats::default()
+                        })
+                    })
+                    .await
+                    .expect("stats")
+                    .pending_events
+            })
+        };
+        let answers: Vec<_> = (0..20).map(|_| ask()).collect();
+        for answer in answers {
+            assert_eq!(answer.await.expect("task"), 0);
+        }
+        assert_eq!(ask().await.expect("task"), 0);
+        tokio::time::sleep(STATS_MAX_AGE).await;
+        assert_eq!(ask().await.expect("task"), 1);
+        assert_eq!(computed.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn nul_bytes_are_replaced_and_clean_text_is_not_copied() {
+        assert_eq!(storable("a\0b\0"), "a\u{fffd}b\u{fffd}");
+        assert!(matches!(
+            storable("clean"),
+            std::borrow::Cow::Borrowed("clean")
+        ));
+    }
 }

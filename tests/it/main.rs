@@ -18,3 +18,4 @@ mod receiver;
 mod security;
 mod sources;
 mod status;
+mod store;

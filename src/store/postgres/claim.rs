@@ -15,24 +15,54 @@ use crate::store::{ClaimStore, Claimed, StoreError};
 /// The channel of `LISTEN`/`NOTIFY` that announces new work.
 pub(super) const CHANNEL: &str = "hookbox_work";
 
+/// An older delivery of the same handler and ordering value is unfinished (strict
+/// ordering: then `d` must wait).
+const BLOCKED: &str = "d.ordering_value IS NOT NULL AND EXISTS (
+            SELECT 1 FROM deliveries o
+            WHERE o.handler = d.handler AND o.ordering_value = d.ordering_value
+              AND o.status IN ('pending', 'processing') AND o.seq < d.seq)";
+
+/// New or running work: `pending` deliveries never tried (or replayed) and
+/// `processing` ones. Index `deliveries_fresh` (migration 0004) holds exactly these,
+/// in `seq` order; it leaves out waiting retries, however many there are.
+const FRESH: &str = "(d.status = 'processing' OR (d.status = 'pending' AND d.retry_after IS NULL))";
+
+/// Retries: `pending` deliveries with a `retry_after`. Index `deliveries_retry`
+/// (migration 0004) holds exactly these by due time, so the due ones are a range.
+const RETRY: &str = "d.status = 'pending' AND d.retry_after IS NOT NULL";
+
 /// Claims due deliveries, oldest first, skipping rows another instance is claiming
 /// (`SKIP LOCKED`). Strict ordering lives here: a delivery with an ordering value is
 /// not claimable while an older one of its handler and value is unfinished (pending,
 /// waiting to retry, or processing, leased or not).
-fn claim_sql() -> String {
+///
+/// Due work comes from two index walks that each stop after `$1` rows, so that a
+/// claim never reads past waiting retries (one dead subscriber can leave any number
+/// of them): fresh work in `seq` order (`pending` never tried, and `processing`
+/// whose lease expired — the live leases it passes are at most what the instances
+/// hold), and retries that are due, earliest due first. The oldest `$1` of both are
+/// claimed.
+pub(super) fn claim_sql() -> String {
     format!(
-        "WITH due AS (
-    SELECT d.id FROM deliveries d
-    WHERE d.status IN ('pending', 'processing')
-      AND ((d.status = 'pending' AND (d.retry_after IS NULL OR d.retry_after <= now()))
-        OR (d.status = 'processing' AND (d.locked_until IS NULL OR d.locked_until < now())))
-      AND (d.ordering_value IS NULL OR NOT EXISTS (
-            SELECT 1 FROM deliveries o
-            WHERE o.handler = d.handler AND o.ordering_value = d.ordering_value
-              AND o.status IN ('pending', 'processing') AND o.seq < d.seq))
+        "WITH fresh AS (
+    SELECT d.id, d.seq FROM deliveries d
+    WHERE {FRESH}
+      AND (d.status = 'pending' OR d.locked_until IS NULL OR d.locked_until < now())
+      AND NOT ({BLOCKED})
     ORDER BY d.seq
     LIMIT $1
     FOR UPDATE OF d SKIP LOCKED
+), retried AS (
+    SELECT d.id, d.seq FROM deliveries d
+    WHERE {RETRY} AND d.retry_after <= now()
+      AND NOT ({BLOCKED})
+    ORDER BY d.retry_after
+    LIMIT $1
+    FOR UPDATE OF d SKIP LOCKED
+), due AS (
+    SELECT id FROM (SELECT id, seq FROM fresh UNION ALL SELECT id, seq FROM retried) w
+    ORDER BY seq
+    LIMIT $1
 )
 UPDATE deliveries d SET status = 'processing',
     locked_until = now() + $2 * interval '1 millisecond',
@@ -41,6 +71,17 @@ UPDATE deliveries d SET status = 'processing',
 FROM due, events e
 WHERE d.id = due.id AND e.id = d.event_id
 RETURNING {TASK_COLUMNS}"
+    )
+}
+
+/// Deliveries due or running, on every instance: what backpressure weighs. Retries
+/// still waiting for their `retry_after` are not work to do yet; counting them let
+/// one dead subscriber make intake answer 429 for everyone. Both counts read their
+/// partial index only.
+fn backlog_sql() -> String {
+    format!(
+        "SELECT (SELECT count(*) FROM deliveries d WHERE {FRESH}) \
+              + (SELECT count(*) FROM deliveries d WHERE {RETRY} AND d.retry_after <= now())"
     )
 }
 
@@ -135,11 +176,9 @@ impl ClaimStore for PgStore {
     }
 
     async fn backlog(&self) -> Result<u64, StoreError> {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM deliveries WHERE status IN ('pending', 'processing')",
-        )
-        .fetch_one(&self.pool)
-        .await?;
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(backlog_sql()))
+            .fetch_one(&self.pool)
+            .await?;
         Ok(u64::try_from(n).unwrap_or(0))
     }
 

@@ -2,12 +2,16 @@
 //! [`MAX_BATCH`]) and records them with one `hookbox_finish` call, so one commit
 //! (one WAL flush) covers the batch. Measured: with one commit per outcome the
 //! workers spent their time waiting on `WALWrite`.
+//!
+//! If a batch fails, its outcomes are recorded one call each, so that one outcome
+//! the database refuses fails alone instead of taking its batch with it, batch
+//! after batch (as the SQLite writer does).
 
 use std::sync::Arc;
 
 use sqlx::postgres::PgPool;
 use tokio::sync::{mpsc, oneshot};
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::model::Finish;
 use crate::store::StoreError;
@@ -25,23 +29,35 @@ pub(super) async fn run(pool: PgPool, owner: Arc<str>, mut rx: mpsc::Receiver<Re
         let finishes: Vec<&Finish> = batch.iter().map(|(f, _)| f).collect();
         match record(&pool, &owner, &finishes).await {
             Ok(recorded) => {
-                if recorded < finishes.len() {
-                    debug!(
-                        lost = finishes.len() - recorded,
-                        "leases lost before outcomes were recorded; other instances run them again"
-                    );
-                }
+                lost(finishes.len(), recorded);
                 for (_, reply) in batch.drain(..) {
                     let _ = reply.send(Ok(()));
                 }
             }
+            Err(e) if batch.len() == 1 => {
+                warn!(error = %e, "could not record an outcome");
+                if let Some((_, reply)) = batch.pop() {
+                    let _ = reply.send(Err(e));
+                }
+            }
             Err(e) => {
-                let message = e.to_string();
-                for (_, reply) in batch.drain(..) {
-                    let _ = reply.send(Err(StoreError::Batch(message.clone())));
+                warn!(error = %e, size = batch.len(), "outcome batch failed; recording one by one");
+                for (finish, reply) in batch.drain(..) {
+                    let one = record(&pool, &owner, &[&finish]).await;
+                    let _ = reply.send(one.map(|recorded| lost(1, recorded)));
                 }
             }
         }
+    }
+}
+
+/// Logs outcomes not recorded because their lease was lost.
+fn lost(sent: usize, recorded: usize) {
+    if recorded < sent {
+        debug!(
+            lost = sent - recorded,
+            "leases lost before outcomes were recorded; other instances run them again"
+        );
     }
 }
 

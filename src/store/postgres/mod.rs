@@ -15,6 +15,8 @@ mod claim;
 mod finisher;
 mod listen;
 mod rows;
+#[cfg(test)]
+mod tests;
 
 use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
@@ -53,6 +55,8 @@ pub struct PgStore {
     /// The group-commit task for outcomes.
     finishes: mpsc::Sender<finisher::Request>,
     listening: Arc<OnceLock<()>>,
+    /// The gauges' counts, computed at most once a second.
+    stats: Arc<super::StatsCache>,
 }
 
 impl PgStore {
@@ -81,12 +85,27 @@ impl PgStore {
             finishes,
             announced: Arc::new(Notify::new()),
             listening: Arc::new(OnceLock::new()),
+            stats: Arc::default(),
         })
     }
 
     /// The pool (for tools and tests).
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// The counts behind [`Store::stats`], computed now.
+    async fn count(&self) -> Result<Stats, StoreError> {
+        let row = sqlx::query(super::sql::STATS).fetch_one(&self.pool).await?;
+        let count = |col: &str| -> Result<u64, StoreError> {
+            let n: i64 = row.try_get(col)?;
+            Ok(u64::try_from(n).unwrap_or(0))
+        };
+        Ok(Stats {
+            pending_events: count("pending")?,
+            dead_letters: count("dead")?,
+            oldest_pending: rows::opt_time(&row, "oldest")?,
+        })
     }
 
     /// The event of `row` (a row of [`EVENT_COLUMNS`]) with its deliveries.
@@ -100,6 +119,15 @@ impl PgStore {
         Ok(views.pop())
     }
 }
+
+/// Deletes up to `$2` terminal events created before `$1`, oldest first: the ids
+/// come from the index of terminal events by creation time (migration 0003), which
+/// a batch reads only as far as its own rows; an array of them (`= ANY`) makes the
+/// delete look each up by primary key (`IN (SELECT …)` was planned as a hash join
+/// over the whole table). Deliveries follow by cascade.
+const PURGE: &str = "DELETE FROM events WHERE id = ANY (ARRAY(SELECT id FROM events \
+     WHERE status IN ('completed', 'failed') AND created_at < $1 \
+     ORDER BY created_at LIMIT $2))";
 
 /// Inserts an event and its deliveries unless its key is taken; answers how many
 /// events were inserted (0 or 1). One statement, so one atomic commit.
@@ -295,36 +323,23 @@ impl Store for PgStore {
     async fn finish(&self, finish: Finish) -> Result<(), StoreError> {
         let (reply, answer) = oneshot::channel();
         self.finishes
-            .send((finish, reply))
+            .send((super::storable_finish(finish), reply))
             .await
             .map_err(|_| StoreError::WriterGone)?;
         answer.await.map_err(|_| StoreError::WriterGone)?
     }
 
     async fn purge(&self, cutoff: Timestamp, limit: u32) -> Result<u64, StoreError> {
-        let done = sqlx::query(
-            "DELETE FROM events WHERE id IN (SELECT id FROM events \
-             WHERE status IN ('completed', 'failed') AND created_at < $1 \
-             ORDER BY created_at LIMIT $2)",
-        )
-        .bind(cutoff.0)
-        .bind(i64::from(limit))
-        .execute(&self.pool)
-        .await?;
+        let done = sqlx::query(PURGE)
+            .bind(cutoff.0)
+            .bind(i64::from(limit))
+            .execute(&self.pool)
+            .await?;
         Ok(done.rows_affected())
     }
 
     async fn stats(&self) -> Result<Stats, StoreError> {
-        let row = sqlx::query(super::sql::STATS).fetch_one(&self.pool).await?;
-        let count = |col: &str| -> Result<u64, StoreError> {
-            let n: i64 = row.try_get(col)?;
-            Ok(u64::try_from(n).unwrap_or(0))
-        };
-        Ok(Stats {
-            pending_events: count("pending")?,
-            dead_letters: count("dead")?,
-            oldest_pending: rows::opt_time(&row, "oldest")?,
-        })
+        self.stats.get(self.count()).await
     }
 
     async fn dead_letters(

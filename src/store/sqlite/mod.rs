@@ -42,6 +42,7 @@ const WRITE_BACKLOG: usize = 16_384;
 pub struct SqliteStore {
     read: SqlitePool,
     writes: mpsc::Sender<Write>,
+    stats: std::sync::Arc<super::StatsCache>,
 }
 
 impl SqliteStore {
@@ -82,7 +83,11 @@ impl SqliteStore {
             .await?;
         let (writes, rx) = mpsc::channel(WRITE_BACKLOG);
         tokio::spawn(writer::run(conn, rx));
-        Ok(Self { read, writes })
+        Ok(Self {
+            read,
+            writes,
+            stats: Default::default(),
+        })
     }
 
     /// Opens `sqlite://PATH`-style URLs too (for tests and tools).
@@ -101,6 +106,20 @@ impl SqliteStore {
             .await
             .map_err(|_| StoreError::WriterGone)?;
         rx.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// The counts behind [`Store::stats`], computed now.
+    async fn count(&self) -> Result<Stats, StoreError> {
+        let row = sqlx::query(super::sql::STATS).fetch_one(&self.read).await?;
+        let count = |col: &str| -> Result<u64, StoreError> {
+            let n: i64 = sqlx::Row::try_get(&row, col)?;
+            Ok(u64::try_from(n).unwrap_or(0))
+        };
+        Ok(Stats {
+            pending_events: count("pending")?,
+            dead_letters: count("dead")?,
+            oldest_pending: rows::opt_time(&row, "oldest")?,
+        })
     }
 
     async fn view_where(&self, column: &str, value: &str) -> Result<Option<EventView>, StoreError> {
@@ -238,6 +257,7 @@ impl Store for SqliteStore {
     }
 
     async fn finish(&self, finish: Finish) -> Result<(), StoreError> {
+        let finish = super::storable_finish(finish);
         self.send(|reply| Write::Finish(finish, reply)).await
     }
 
@@ -251,16 +271,7 @@ impl Store for SqliteStore {
     }
 
     async fn stats(&self) -> Result<Stats, StoreError> {
-        let row = sqlx::query(super::sql::STATS).fetch_one(&self.read).await?;
-        let count = |col: &str| -> Result<u64, StoreError> {
-            let n: i64 = sqlx::Row::try_get(&row, col)?;
-            Ok(u64::try_from(n).unwrap_or(0))
-        };
-        Ok(Stats {
-            pending_events: count("pending")?,
-            dead_letters: count("dead")?,
-            oldest_pending: rows::opt_time(&row, "oldest")?,
-        })
+        self.stats.get(self.count()).await
     }
 
     async fn dead_letters(

@@ -286,20 +286,24 @@ fn finish(script: &mut QueryBuilder<Sqlite>, finishes: &[&Finish]) {
     script.push(") AS v WHERE deliveries.id = v.column1;");
 }
 
+/// Deletes up to `?2` terminal events created before `?1`, oldest first, through
+/// the index of terminal events by creation time (migration 0004): each batch
+/// reads its own rows and stops, whatever the number of expired ones.
+const PURGE: &str = "DELETE FROM events WHERE id IN (SELECT id FROM events \
+     INDEXED BY events_terminal_created \
+     WHERE status IN ('completed', 'failed') AND created_at < ? ORDER BY created_at LIMIT ?)";
+
 /// Deletes one batch of old terminal events; deliveries follow by cascade.
 pub(super) async fn purge(
     conn: &mut SqliteConnection,
     cutoff: Timestamp,
     limit: u32,
 ) -> Result<u64, StoreError> {
-    let done = sqlx::query(
-        "DELETE FROM events WHERE id IN (SELECT id FROM events \
-         WHERE status IN ('completed', 'failed') AND created_at < ? ORDER BY created_at LIMIT ?)",
-    )
-    .bind(cutoff.to_rfc3339())
-    .bind(i64::from(limit))
-    .execute(&mut *conn)
-    .await?;
+    let done = sqlx::query(PURGE)
+        .bind(cutoff.to_rfc3339())
+        .bind(i64::from(limit))
+        .execute(&mut *conn)
+        .await?;
     Ok(done.rows_affected())
 }
 
@@ -487,4 +491,46 @@ pub(super) async fn save_subscriber(
         .execute(&mut *conn)
         .await?;
     Ok(done.rows_affected() > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::{Connection, Row, SqliteConnection};
+
+    use super::PURGE;
+
+    /// The plan of `sql` (bound to `binds`) on a migrated database, one line per
+    /// step.
+    async fn plan(sql: &str, binds: &[&str]) -> Vec<String> {
+        let mut conn = SqliteConnection::connect("sqlite::memory:")
+            .await
+            .expect("connect");
+        super::super::migrate(&mut conn).await.expect("migrate");
+        let explain = format!("EXPLAIN QUERY PLAN {sql}");
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(explain));
+        for b in binds {
+            query = query.bind(*b);
+        }
+        query
+            .fetch_all(&mut conn)
+            .await
+            .expect("explain")
+            .iter()
+            .map(|r| r.get::<String, _>("detail"))
+            .collect()
+    }
+
+    /// Retention walks an index of terminal events oldest first and stops after
+    /// the batch: no sort of every expired row, no scan of the table.
+    #[tokio::test]
+    async fn retention_deletes_through_the_terminal_events_index() {
+        let plan = plan(PURGE, &["2020-01-01T00:00:00.000Z", "1000"]).await;
+        assert!(
+            plan.iter()
+                .any(|l| l.contains("USING INDEX events_terminal_created")),
+            "{plan:#?}"
+        );
+        assert!(!plan.iter().any(|l| l.contains("TEMP B-TREE")), "{plan:#?}");
+        assert!(!plan.iter().any(|l| l.starts_with("SCAN")), "{plan:#?}");
+    }
 }

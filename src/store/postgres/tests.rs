@@ -1,0 +1,248 @@
+//! The PostgreSQL store on the real server (`HOOKBOX_TEST_PG`, default
+//! `postgres://postgres@127.0.0.1:5432`), each test with a database of its own:
+//! the plans of its big queries on filled, analysed tables (retention and the claim
+//! read through their indexes only as far as their batch), the backlog count, and
+//! the outcome finisher's one-by-one fallback.
+
+use sqlx::{Connection, Executor, PgConnection, Row};
+
+use super::{PURGE, PgStore};
+use crate::store::ClaimStore;
+
+fn server() -> String {
+    std::env::var("HOOKBOX_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
+}
+
+/// A database of its own, dropped (from a thread of its own) when this is.
+struct TestDb {
+    name: String,
+    url: String,
+}
+
+impl TestDb {
+    async fn new() -> Self {
+        let name = format!("hookbox_lib_{}", uuid::Uuid::now_v7().simple());
+        admin(&format!("CREATE DATABASE {name}")).await;
+        let url = format!("{}/{name}", server());
+        Self { name, url }
+    }
+}
+
+async fn admin(sql: &str) {
+    let mut conn = PgConnection::connect(&format!("{}/postgres", server()))
+        .await
+        .expect("PostgreSQL on 127.0.0.1:5432");
+    conn.execute(sqlx::AssertSqlSafe(sql.to_owned()))
+        .await
+        .expect("admin statement");
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        let _ = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime")
+                .block_on(admin(&sql));
+        })
+        .join();
+    }
+}
+
+/// A migrated store whose tables hold what a busy instance keeps: 40,000 terminal
+/// events from the last days, 5,000 deliveries of a dead subscriber waiting an hour
+/// for their retry, and 50 new ones.
+async fn busy_store(db: &TestDb) -> PgStore {
+    let store = PgStore::open(&db.url, 2).await.expect("open");
+    let fill = "
+        INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256,
+                            status, created_at, updated_at)
+        SELECT gen_random_uuid(), 'old' || g, 't', '{}', '-',
+               CASE WHEN g % 3 = 0 THEN 'failed' ELSE 'completed' END,
+               now() - (40000 - g) * interval '10 seconds', now()
+        FROM generate_series(1, 40000) g;
+        INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256,
+                            status, created_at, updated_at)
+        SELECT gen_random_uuid(), 'dead' || g, 't', '{}', '-', 'processing',
+               now() - interval '1 minute', now()
+        FROM generate_series(1, 5000) g;
+        INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256,
+                            status, created_at, updated_at)
+        SELECT gen_random_uuid(), 'new' || g, 't', '{}', '-', 'pending', now(), now()
+        FROM generate_series(1, 50) g;
+        INSERT INTO deliveries (id, event_id, handler, status, attempts, retry_after,
+                                created_at, updated_at)
+        SELECT gen_random_uuid(), id, 'h',
+               CASE WHEN idempotency_key LIKE 'old%' THEN status ELSE 'pending' END,
+               CASE WHEN idempotency_key LIKE 'dead%' THEN 1 ELSE 0 END,
+               CASE WHEN idempotency_key LIKE 'dead%' THEN now() + interval '1 hour' END,
+               created_at, created_at
+        FROM events ORDER BY created_at;
+        ANALYZE;";
+    store
+        .pool()
+        .execute(sqlx::raw_sql(fill))
+        .await
+        .expect("fill");
+    store
+}
+
+/// The plan lines of `EXPLAIN ANALYZE` of `sql` (run in a transaction that is
+/// rolled back, so a delete or update changes nothing).
+async fn explain_analyze(store: &PgStore, sql: &str, bind: impl Fn(Q<'_>) -> Q<'_>) -> Vec<String> {
+    let mut tx = store.pool().begin().await.expect("begin");
+    let explain = format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {sql}");
+    let query = bind(sqlx::query(sqlx::AssertSqlSafe(explain)));
+    let plan = query
+        .fetch_all(&mut *tx)
+        .await
+        .expect("explain")
+        .iter()
+        .map(|r| r.get::<String, _>(0))
+        .collect();
+    tx.rollback().await.expect("rollback");
+    plan
+}
+
+type Q<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
+
+/// The largest "Rows Removed by Filter" of a plan: rows read and thrown away.
+fn discarded(plan: &[String]) -> u64 {
+    plan.iter()
+        .filter_map(|l| l.split("Rows Removed by Filter: ").nth(1))
+        .filter_map(|n| n.trim().parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn retention_reads_one_batch_through_the_terminal_events_index() {
+    let db = TestDb::new().await;
+    let store = busy_store(&db).await;
+    let cutoff = chrono::Utc::now() - chrono::Duration::hours(1);
+    let plan = explain_analyze(&store, PURGE, |q| q.bind(cutoff).bind(1000_i64)).await;
+    let text = plan.join("\n");
+    assert!(
+        text.contains("Index Scan using events_terminal_created"),
+        "{text}"
+    );
+    assert!(!text.contains("Sort"), "{text}");
+    assert!(!text.contains("Seq Scan on events"), "{text}");
+    assert!(text.contains("events_pkey"), "{text}");
+    assert_eq!(discarded(&plan), 0, "{text}");
+    drop(store);
+}
+
+#[tokio::test]
+async fn claims_read_due_work_without_walking_past_waiting_retries() {
+    let db = TestDb::new().await;
+    let store = busy_store(&db).await;
+    let plan = explain_analyze(&store, &super::claim::claim_sql(), |q| {
+        q.bind(8_i64).bind(30_000_i64).bind("test")
+    })
+    .await;
+    let text = plan.join("\n");
+    assert!(text.contains("deliveries_fresh"), "{text}");
+    assert!(text.contains("deliveries_retry"), "{text}");
+    assert!(!text.contains("Seq Scan on deliveries"), "{text}");
+    assert!(
+        discarded(&plan) < 100,
+        "the claim read and discarded rows it did not claim:\n{text}"
+    );
+    let claimed = store
+        .claim(8, std::time::Duration::from_secs(30))
+        .await
+        .expect("claim");
+    assert_eq!(claimed.tasks.len(), 8);
+    assert!(claimed.tasks.iter().all(|t| t.attempts == 0));
+    drop(store);
+}
+
+#[tokio::test]
+async fn the_backlog_counts_due_and_running_work_not_waiting_retries() {
+    let db = TestDb::new().await;
+    let store = busy_store(&db).await;
+    assert_eq!(store.backlog().await.expect("backlog"), 50);
+    store
+        .claim(8, std::time::Duration::from_secs(30))
+        .await
+        .expect("claim");
+    assert_eq!(
+        store.backlog().await.expect("backlog"),
+        50,
+        "running work counts"
+    );
+    store
+        .pool()
+        .execute(
+            "UPDATE deliveries SET retry_after = now() - interval '1 second' \
+             WHERE id IN (SELECT id FROM deliveries WHERE attempts = 1 LIMIT 10)",
+        )
+        .await
+        .expect("make retries due");
+    assert_eq!(
+        store.backlog().await.expect("backlog"),
+        60,
+        "due retries count"
+    );
+    drop(store);
+}
+
+/// An outcome PostgreSQL refuses (a NUL in text, sent here past the store's
+/// cleaning) fails alone; the outcome batched with it is recorded.
+#[tokio::test]
+async fn a_refused_outcome_fails_alone_not_with_its_batch() {
+    let db = TestDb::new().await;
+    let store = PgStore::open(&db.url, 2).await.expect("open");
+    store
+        .pool()
+        .execute(sqlx::raw_sql(
+            "INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256,
+                                 status, created_at, updated_at)
+             VALUES (gen_random_uuid(), 'k', 't', '{}', '-', 'pending', now(), now());
+             INSERT INTO deliveries (id, event_id, handler, created_at, updated_at)
+             SELECT gen_random_uuid(), id, h, now(), now() FROM events, unnest('{a,b}'::text[]) h;",
+        ))
+        .await
+        .expect("fill");
+    let claimed = store
+        .claim(2, std::time::Duration::from_secs(30))
+        .await
+        .expect("claim")
+        .tasks;
+    assert_eq!(claimed.len(), 2);
+    let finish = |task: &crate::model::DeliveryTask, error: &str| crate::model::Finish {
+        delivery_id: task.delivery_id,
+        event_id: task.event_id,
+        status: crate::model::Status::Failed,
+        attempts: 1,
+        last_error: Some(error.to_owned()),
+        retry_after: None,
+    };
+    // Both are queued before the finisher runs (this runtime has one thread), so
+    // they are one batch.
+    let (poison, poisoned) = tokio::sync::oneshot::channel();
+    let (clean, cleaned) = tokio::sync::oneshot::channel();
+    store
+        .finishes
+        .try_send((finish(&claimed[0], "nul\0here"), poison))
+        .expect("send");
+    store
+        .finishes
+        .try_send((finish(&claimed[1], "plain"), clean))
+        .expect("send");
+    assert!(poisoned.await.expect("answer").is_err());
+    cleaned
+        .await
+        .expect("answer")
+        .expect("the clean outcome is recorded");
+    let failed: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM deliveries WHERE last_error = 'plain'")
+            .fetch_one(store.pool())
+            .await
+            .expect("count");
+    assert_eq!(failed, 1);
+    drop(store);
+}
