@@ -221,7 +221,7 @@ fn an_outcome_that_cannot_be_written_is_retried_without_running_the_attempt_agai
 /// not due work, so they do not count against `QUEUE_MAXSIZE`.
 #[test]
 fn waiting_retries_do_not_make_intake_answer_429() {
-    let db = Db::postgres();
+    let Some(db) = Db::postgres() else { return };
     let dir = new_dir();
     let dead = script(dir.path(), "dead.sh", "exit 1");
     let ok = script(dir.path(), "ok.sh", "exit 0");
