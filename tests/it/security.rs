@@ -231,7 +231,10 @@ fn a_grandchild_holding_stderr_does_not_turn_a_success_into_a_timeout() {
         dir.path(),
         "daemon.sh",
         &format!(
-            "setsid sh -c 'echo $$ > {}; exec sleep 30' &\necho started >&2\nexit 0",
+            // The script waits for the pid file, so that the group kill at its exit
+            // cannot catch the grandchild before it has left the group.
+            "setsid sh -c 'echo $$ > {0}; exec sleep 30' &\n\
+             while [ ! -s {0} ]; do sleep 0.05; done\necho started >&2\nexit 0",
             pid_file.display()
         ),
     );
