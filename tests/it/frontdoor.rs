@@ -1,12 +1,14 @@
 //! The front door (issue 9, SPEC §1 `MAX_CONNECTIONS`): slow or oversized requests
-//! cannot hold the server, and open connections are capped. Raw `TcpStream`s, so
-//! that nothing between the test and the server pools, retries or times out on its
-//! own.
+//! cannot hold the server, open connections are capped, and a second process on the
+//! same SQLite file stops with exit code 2. Raw `TcpStream`s, so that nothing between
+//! the test and the server pools, retries or times out on its own.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use serde_json::json;
 
 use crate::harness::{Hookbox, bin, new_dir};
 
@@ -224,4 +226,28 @@ fn run_on(dir: &std::path::Path, env: &[(&str, &str)], args: &[&str]) -> (Option
     let _ = child.kill();
     let _ = child.wait();
     panic!("hookbox {args:?} {env:?} was still running after 20 s, expected it to stop");
+}
+
+#[test]
+fn a_second_process_on_the_same_sqlite_file_exits_2_and_the_first_keeps_working() {
+    let hb = Hookbox::start(&[]);
+    let dir = hb.dir.clone();
+    let db = dir.path().join("events.db");
+    for args in [&["serve"][..], &["migrate"]] {
+        let (code, stderr) = run_on(dir.path(), &[], args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&db.display().to_string()),
+            "{args:?}: the message names the file: {stderr}"
+        );
+        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    }
+    let posted = hb.post(&json!({"event_type": "t", "payload": {}}), &[]);
+    assert_eq!(posted.status, 202, "{}", posted.text);
+    let id = posted.json()["id"].as_str().expect("id").to_owned();
+    hb.wait_status(&id, "completed", Duration::from_secs(10));
+    // Once the first is gone, the file is free again.
+    let dir = hb.kill9();
+    let (code, stderr) = run_on(dir.path(), &[], &["migrate"]);
+    assert_eq!(code, Some(0), "{stderr}");
 }
