@@ -120,7 +120,7 @@ fn main() -> ExitCode {
 fn exit_code(e: &anyhow::Error) -> u8 {
     use hookbox::{app::AppError, store::StoreError};
     match e.downcast_ref::<AppError>() {
-        Some(AppError::Store(StoreError::InUse { .. })) => 2,
+        Some(AppError::Store(StoreError::InUse { .. }) | AppError::UnsupportedDatabase(_)) => 2,
         _ => 1,
     }
 }
