@@ -36,6 +36,7 @@ pub mod app;
 pub mod claims;
 pub mod config;
 pub mod dispatch;
+pub mod inbox;
 pub mod layers;
 pub mod model;
 pub mod ordering;

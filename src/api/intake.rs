@@ -18,6 +18,7 @@ use uuid::Uuid;
 
 use crate::api::problem::{Problem, ProblemCode};
 use crate::app::AppState;
+use crate::inbox;
 use crate::layers::idempotency::{
     self, Begin, BoxFuture, CachedResponse, IdempotencyStore, Identity,
 };
@@ -25,7 +26,6 @@ use crate::model::{NewEvent, Timestamp, hex};
 use crate::registry::is_event_type_byte;
 use crate::store::{EventSummary, Inserted, Store};
 use crate::telemetry::names;
-use crate::worker::Job;
 
 /// Longest event type and idempotency key, in bytes.
 pub const MAX_NAME_BYTES: usize = 255;
@@ -251,26 +251,6 @@ pub async fn intake(
     let id = Uuid::now_v7();
     let registry = app.registry.current();
     let deliveries = registry.deliveries(&parsed.event_type, &parsed.payload);
-    let ordered: Vec<(String, String, Uuid)> = deliveries
-        .iter()
-        .filter_map(|d| Some((d.handler.clone(), d.ordering_value.clone()?, d.id)))
-        .collect();
-    // Ordered deliveries take their place in line before the commit (see ordering.rs).
-    if let Some(gate) = &app.gate {
-        for (handler, value, delivery) in &ordered {
-            gate.register(handler, value, *delivery);
-        }
-    }
-    let forget = || {
-        let Some(gate) = &app.gate else { return };
-        let released: Vec<Job> = ordered
-            .iter()
-            .filter_map(|(handler, value, delivery)| gate.finished(handler, value, *delivery))
-            .collect();
-        if !released.is_empty() {
-            app.dispatch.submit(released);
-        }
-    };
     let asked = parsed.fingerprint();
     let event = NewEvent {
         id,
@@ -281,8 +261,9 @@ pub async fn intake(
         created_at: Timestamp::now(),
         deliveries,
     };
-    let jobs = Job::for_new_event(&event);
-    let stored = match app.store.insert_event(event).await {
+    let unrouted = event.deliveries.is_empty();
+    // The commit and the hand-off to processing run on even if the client hangs up.
+    let stored = match inbox::accept(&app, event).await {
         Ok(Inserted {
             event,
             created: true,
@@ -290,12 +271,8 @@ pub async fn intake(
         Ok(Inserted {
             event,
             created: false,
-        }) => {
-            forget();
-            return duplicate(&event, &asked);
-        }
+        }) => return duplicate(&event, &asked),
         Err(e) => {
-            forget();
             return Err(Problem::unavailable(format!(
                 "the event was not stored: {e}"
             )));
@@ -307,10 +284,9 @@ pub async fn intake(
         "other".to_owned()
     };
     metrics::counter!(names::EVENTS_RECEIVED, "event_type" => label).increment(1);
-    if jobs.first().is_some_and(|j| matches!(j, Job::Unrouted(_))) {
+    if unrouted {
         metrics::counter!(names::EVENTS_UNROUTED).increment(1);
     }
-    app.dispatch.submit(jobs);
     Ok(accepted(StatusCode::ACCEPTED, &stored))
 }
 

@@ -8,6 +8,7 @@
 mod config;
 mod delivery;
 mod durability;
+mod hangup;
 mod harness;
 mod instances;
 mod intake;
