@@ -37,6 +37,8 @@ pub mod app;
 pub mod claims;
 pub mod config;
 pub mod dispatch;
+pub mod inbox;
+pub mod json;
 pub mod layers;
 pub mod model;
 pub mod ordering;

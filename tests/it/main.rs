@@ -9,6 +9,7 @@ mod config;
 mod delivery;
 mod durability;
 mod frontdoor;
+mod hangup;
 mod harness;
 mod instances;
 mod intake;
