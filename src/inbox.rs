@@ -103,16 +103,30 @@ impl Drop for Place {
 pub async fn accept(app: &AppState, event: NewEvent) -> Result<Inserted, InboxError> {
     let place = Place::take(app, &event);
     let jobs = Job::for_new_event(&event);
+    let unrouted = event.deliveries.is_empty();
     let app = app.clone();
     detached(async move {
         let inserted = app.store.insert_event(event).await?;
         if inserted.created {
             place.keep();
             app.dispatch.submit(jobs);
+            count_received(&app, &inserted.event.event_type, unrouted);
         }
         Ok(inserted)
     })
     .await
+}
+
+/// Counts a new event in `hookbox_events_received_total` (labelled by the routing
+/// table) and, when no handler matched it, `hookbox_events_unrouted_total` — here,
+/// after the commit, so that an event whose sender hung up is counted too.
+fn count_received(app: &AppState, event_type: &str, unrouted: bool) {
+    use crate::telemetry::names;
+    let label = app.registry.current().event_type_label(event_type);
+    metrics::counter!(names::EVENTS_RECEIVED, "event_type" => label).increment(1);
+    if unrouted {
+        metrics::counter!(names::EVENTS_UNROUTED).increment(1);
+    }
 }
 
 /// Resets the failed deliveries `filter` selects to `pending` and queues them

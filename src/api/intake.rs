@@ -331,7 +331,6 @@ pub async fn intake(
         created_at: Timestamp::now(),
         deliveries,
     };
-    let unrouted = event.deliveries.is_empty();
     // The commit and the hand-off to processing run on even if the client hangs up.
     let stored = match inbox::accept(&app, event).await {
         Ok(Inserted {
@@ -348,11 +347,6 @@ pub async fn intake(
             )));
         }
     };
-    let label = registry.event_type_label(&stored.event_type);
-    metrics::counter!(names::EVENTS_RECEIVED, "event_type" => label).increment(1);
-    if unrouted {
-        metrics::counter!(names::EVENTS_UNROUTED).increment(1);
-    }
     Ok(accepted(StatusCode::ACCEPTED, &stored))
 }
 

@@ -92,6 +92,29 @@ fn rejected(e: &SubscriberError) -> Problem {
     Problem::new(StatusCode::UNPROCESSABLE_ENTITY, code).detail(e.to_string())
 }
 
+/// Checks a subscriber before it is stored: no NUL byte in any text (PostgreSQL
+/// refuses them, which would turn a typo into a 503 on every attempt), and a valid
+/// route.
+fn validate(app: &AppState, s: &Subscriber) -> Result<(), Problem> {
+    let texts = [
+        Some(&s.name),
+        Some(&s.url),
+        s.secret.as_ref(),
+        s.ordering_key.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .chain(&s.event_types)
+    .chain(s.backoff.iter().flatten());
+    if texts.into_iter().any(|t| t.contains('\0')) {
+        return Err(
+            Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_subscriber")
+                .detail("a subscriber's fields may not contain a NUL byte"),
+        );
+    }
+    app.registry.route_of(s).map(drop).map_err(|e| rejected(&e))
+}
+
 fn taken(name: &str) -> Problem {
     Problem::new(StatusCode::CONFLICT, "name_taken")
         .detail(format!("a handler or subscriber is already named {name:?}"))
@@ -131,7 +154,7 @@ pub async fn create(State(app): State<AppState>, body: Bytes) -> Result<Response
         created_at: now,
         updated_at: now,
     };
-    app.registry.route_of(&s).map_err(|e| rejected(&e))?;
+    validate(&app, &s)?;
     if app.registry.is_manifest(&s.name) {
         return Err(taken(&s.name));
     }
@@ -202,7 +225,7 @@ pub async fn patch(
         s.active = v;
     }
     s.updated_at = Timestamp::now();
-    app.registry.route_of(&s).map_err(|e| rejected(&e))?;
+    validate(&app, &s)?;
     let stored = s.clone();
     if !change(&app, |store| async move {
         store.update_subscriber(stored).await

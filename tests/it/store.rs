@@ -263,3 +263,23 @@ fn waiting_retries_do_not_make_intake_answer_429() {
         .json();
     assert_eq!(ev["status"], "processing", "{ev}");
 }
+
+on_both_backends! {
+/// PostgreSQL refuses NUL in text: a subscriber holding one is refused with 422 at
+/// the door, never stored, and never turns into a 503 per request.
+fn a_nul_byte_in_a_subscriber_is_a_422(db: &Db) {
+    let hb = Hookbox::start(&db.env(&[]));
+    for body in [
+        json!({"name": "n\u{0}ul", "event_types": ["a"], "url": "https://example.com/h"}),
+        json!({"name": "nul", "event_types": ["a"], "url": "https://example.com/h", "secret": "whsec_\u{0}"}),
+        json!({"name": "nul", "event_types": ["a"], "url": "https://example.com/h", "ordering_key": "/a\u{0}"}),
+    ] {
+        let r = hb.call("POST", "/subscribers", Some(&body), &[]);
+        assert_eq!(r.status, 422, "{body}: {}", r.text);
+        assert_eq!(r.json()["code"], "invalid_subscriber", "{}", r.text);
+    }
+    let list = hb.call("GET", "/subscribers", None, &[]);
+    assert_eq!(list.status, 200, "{}", list.text);
+    assert!(!list.text.contains("nul"), "nothing stored: {}", list.text);
+}
+}
