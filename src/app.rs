@@ -1,5 +1,5 @@
 //! Wiring: the store, registry, queue, workers and router, started in the order that
-//! keeps the invariants (SPEC §3):
+//! keeps the invariants (docs/architecture.md, docs/states.md):
 //!
 //! 1. open the store and apply migrations;
 //! 2. read the handler manifests;
@@ -422,7 +422,8 @@ async fn run_workers(
     }
 }
 
-/// Pushes every unfinished delivery and unsettled event (SPEC §3 recovery), whatever
+/// Pushes every unfinished delivery and unsettled event (docs/states.md, "Recovery
+/// after a crash or restart"), whatever
 /// the queue's bound; retries that are not due yet wait in the timer.
 async fn recover(
     store: &dyn Store,
@@ -475,7 +476,8 @@ async fn follow_subscribers(state: AppState) {
     }
 }
 
-/// Sets the gauges of SPEC §5 (called when `/metrics` is scraped). The store's
+/// Sets the gauges of `/metrics` (docs/api.md, "Probes and metrics") when it is
+/// scraped. The store's
 /// counts are computed at most once a second however often it is scraped
 /// ([`crate::store::STATS_MAX_AGE`]); the queue's are read as they are.
 pub async fn update_gauges(state: &AppState) {

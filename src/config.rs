@@ -38,13 +38,15 @@ use ipnet::IpNet;
 /// The file read when `HOOKBOX_CONFIG` is not set (a missing default file is fine).
 pub const DEFAULT_CONFIG_FILE: &str = "config/hookbox.toml";
 
-/// The longest duration any setting, manifest or subscriber may ask for (SPEC §1).
+/// The longest duration any setting, manifest or subscriber may ask for
+/// (docs/configuration.md).
 pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// The shortest `ADMIN_TOKEN` accepted.
 pub const MIN_ADMIN_TOKEN_CHARS: usize = 16;
 
-/// Every setting with its default, in the order of SPEC §1. `None` = unset.
+/// Every setting with its default, in the order of docs/configuration.md. `None` =
+/// unset.
 pub const SETTINGS: &[(&str, Option<&str>)] = &[
     ("BIND_ADDR", Some("0.0.0.0:8000")),
     ("DATABASE_URL", None),
@@ -144,7 +146,7 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// The service's settings, typed. See SPEC §1 for each one's meaning.
+/// The service's settings, typed. See docs/configuration.md for each one's meaning.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Listen address (port 0 picks a free one).

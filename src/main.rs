@@ -116,7 +116,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// 2 for the run-time errors that are the configuration's fault (SPEC §1), else 1.
+/// 2 for the run-time errors that are the configuration's fault
+/// (docs/configuration.md, "Bad configuration"), else 1.
 fn exit_code(e: &anyhow::Error) -> u8 {
     use hookbox::{app::AppError, store::StoreError};
     match e.downcast_ref::<AppError>() {

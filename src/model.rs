@@ -233,7 +233,7 @@ pub struct Finish {
     pub retry_after: Option<Timestamp>,
 }
 
-/// An http handler registered at run time (SPEC §4 "Subscribers").
+/// An http handler registered at run time (docs/handlers.md, "Subscribers").
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct Subscriber {
     /// Unique among manifests and subscribers.

@@ -1,5 +1,5 @@
 //! The retry policy, as pure functions: how long to wait before the next attempt,
-//! and whether a failed attempt is retried or dead-lettered (SPEC §3).
+//! and whether a failed attempt is retried or dead-lettered (docs/states.md).
 //!
 //! ```
 //! use std::time::Duration;

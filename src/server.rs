@@ -11,7 +11,8 @@
 //! - **header size** ([`MAX_HEADER_BYTES`], 16 KiB for the request line and all
 //!   headers): a larger header section gets `431 Request Header Fields Too Large`
 //!   and the connection is closed; more than 100 headers get 431 as well;
-//! - **open connections** (`MAX_CONNECTIONS`, SPEC §1): each connection holds one
+//! - **open connections** (`MAX_CONNECTIONS`, docs/configuration.md): each
+//!   connection holds one
 //!   permit of a semaphore until it closes; while none is free the server accepts
 //!   nothing, and further clients wait in the kernel's listen backlog;
 //! - **graceful shutdown**: when `shutdown` resolves the listener is closed, idle

@@ -1,5 +1,5 @@
 //! Logs and metrics: the tracing subscriber, the Prometheus recorder, and every
-//! metric name of SPEC §5 as a constant.
+//! metric name (docs/api.md, "Probes and metrics") as a constant.
 
 use std::time::Duration;
 
@@ -8,7 +8,7 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
 
-/// Metric names (part of the contract: SPEC §5).
+/// Metric names (part of the contract: docs/api.md, "Probes and metrics").
 pub mod names {
     /// Counter `{method,route,status}`.
     pub const HTTP_REQUESTS: &str = "hookbox_http_requests_total";

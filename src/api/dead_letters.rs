@@ -1,4 +1,5 @@
-//! Dead letters: listing, and replay of one event or in bulk (SPEC §2).
+//! Dead letters: listing, and replay of one event or in bulk (docs/api.md, "Dead
+//! letters and replay").
 //!
 //! Replay resets failed deliveries to `pending` with their attempts and last error
 //! kept (the history stays), so each replay grants one more attempt before the

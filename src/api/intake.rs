@@ -6,7 +6,7 @@
 //! canonical text ([`crate::json`]), with no tree of values: numbers are kept digit
 //! for digit, and an object with a key twice is a 400 `invalid_body`.
 //!
-//! Besides SPEC §2's table:
+//! Besides the table of docs/api.md ("Intake"), in detail:
 //!
 //! | case | answer |
 //! |---|---|

@@ -1,4 +1,4 @@
-//! The HTTP API of SPEC §2, as an axum [`Router`] over [`AppState`].
+//! The HTTP API (docs/api.md), as an axum [`Router`] over [`AppState`].
 //!
 //! Every error is RFC 9457 problem+json ([`problem::Problem`]), unknown routes and
 //! methods included. The intake route carries, outermost first, backpressure (429

@@ -1,4 +1,5 @@
-//! `/subscribers`: http handlers registered at run time (SPEC §2/§4), stored in the
+//! `/subscribers`: http handlers registered at run time (docs/api.md and
+//! docs/handlers.md, "Subscribers"), stored in the
 //! database and effective at once. The secret is write-only: answers say only
 //! whether one is set; a URL's embedded credentials (`https://user:pass@…`) are
 //! kept for delivery but never shown.

@@ -1,4 +1,5 @@
-//! Handler manifests: every `*.toml` in `HANDLERS_DIR` is one handler (SPEC §4).
+//! Handler manifests: every `*.toml` in `HANDLERS_DIR` is one handler
+//! (docs/handlers.md).
 //!
 //! ```toml
 //! name = "billing-sync"                 # unique; defaults to the file stem
@@ -7,7 +8,7 @@
 //! max_attempts = 8                      # optional overrides of the global policy
 //! backoff = ["5s", "30s", "300s"]       # explicit schedule (the last one repeats)
 //! timeout = "10s"
-//! ordering_key = "/customer_id"         # any kind; or under [http] as in SPEC
+//! ordering_key = "/customer_id"         # any kind; also accepted under [http]
 //!
 //! [http]
 //! url = "https://billing.example.com/hooks"

@@ -138,7 +138,8 @@ impl Registry {
         self.routes.iter().any(|r| r.matches(event_type))
     }
 
-    /// The `event_type` label of `hookbox_events_received_total` (SPEC §5), bounded
+    /// The `event_type` label of `hookbox_events_received_total` (docs/api.md,
+    /// "Probes and metrics"), bounded
     /// by the routing table: `event_type` itself when a handler routes it by exact
     /// name, else the longest wildcard pattern that routes it (`github.*`, `*`),
     /// else `other`.
@@ -184,7 +185,8 @@ impl Registry {
     }
 }
 
-/// The global retry policy of SPEC §1's defaults (`MAX_ATTEMPTS` 5, 5 s base, 300 s
+/// The global retry policy of the built-in defaults (docs/configuration.md:
+/// `MAX_ATTEMPTS` 5, 5 s base, 300 s
 /// cap, 30 s timeout).
 pub fn default_policy() -> Policy {
     Policy {

@@ -244,7 +244,7 @@ pub trait Store: Send + Sync + 'static {
     /// deliveries); returns how many.
     async fn purge(&self, cutoff: Timestamp, limit: u32) -> Result<u64, StoreError>;
 
-    /// Counts for the gauges of SPEC §5, computed at most once per
+    /// Counts for the gauges of `/metrics` (docs/api.md), computed at most once per
     /// [`STATS_MAX_AGE`] (callers in between get the last counts).
     async fn stats(&self) -> Result<Stats, StoreError>;
 
@@ -287,7 +287,7 @@ pub struct ReplayFilter {
     pub before: Option<Timestamp>,
 }
 
-/// Work left over from a previous run (SPEC §3: loaded before `/ready`).
+/// Work left over from a previous run (docs/states.md: loaded before `/ready`).
 #[derive(Debug, Clone, Default)]
 pub struct Unfinished {
     /// Every `pending` or `processing` delivery, oldest first.

@@ -1,4 +1,5 @@
-//! SPEC §1: layering and bad values (exit code 2, one line naming the setting).
+//! docs/configuration.md: layering and bad values (exit code 2, one line naming the
+//! setting).
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

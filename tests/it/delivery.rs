@@ -1,4 +1,5 @@
-//! SPEC §2/§4 HTTP delivery against a real receiver on 127.0.0.1: Standard Webhooks
+//! HTTP delivery (docs/handlers.md, docs/api.md) against a real receiver on
+//! 127.0.0.1: Standard Webhooks
 //! signing (checked by an independent implementation), the retry decision matrix,
 //! `Retry-After`, timeouts, strict per-key ordering, the subscribers API, dead letters
 //! and replay, the admin token and the SSRF guard.

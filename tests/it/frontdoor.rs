@@ -1,4 +1,5 @@
-//! The front door (issue 9, SPEC §1 `MAX_CONNECTIONS`): slow or oversized requests
+//! The front door (issue 9, `MAX_CONNECTIONS` in docs/configuration.md): slow or
+//! oversized requests
 //! cannot hold the server, open connections are capped, and a second process on the
 //! same SQLite file stops with exit code 2. Raw `TcpStream`s, so that nothing between
 //! the test and the server pools, retries or times out on its own.

@@ -1,4 +1,5 @@
-//! Several instances on one PostgreSQL database (SPEC §1 `LEASE_TIMEOUT`, issue 5):
+//! Several instances on one PostgreSQL database (`LEASE_TIMEOUT`, issue 5;
+//! docs/architecture.md, "SQLite and PostgreSQL"):
 //! shared work with an instance killed, one key posted to two instances at once,
 //! and strict ordering across instances.
 

@@ -1,4 +1,4 @@
-//! SPEC §2 intake: every row of the table.
+//! Intake (docs/api.md, "Intake"): every row of the table.
 
 use std::time::Duration;
 

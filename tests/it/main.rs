@@ -7,6 +7,7 @@
 
 mod config;
 mod delivery;
+mod docs;
 mod durability;
 mod frontdoor;
 mod hangup;

@@ -1,4 +1,5 @@
-//! SPEC §3/§4 processing with real exec handlers and the real binary.
+//! Processing (docs/states.md, docs/handlers.md) with real exec handlers and the
+//! real binary.
 
 use std::time::Duration;
 

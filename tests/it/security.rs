@@ -52,7 +52,7 @@ fn run_until_exit(dir: &Path, args: &[&str], env: &[(&str, &str)], limit: Durati
 }
 
 // ---------------------------------------------------------------------------
-// Exec children: a clean environment (SPEC §4)
+// Exec children: a clean environment (docs/handlers.md, "exec")
 // ---------------------------------------------------------------------------
 
 /// An http manifest that names `var` as its `secret_env` (it never delivers).
@@ -389,7 +389,7 @@ fn handlers_check_shows_manifest_urls_without_credentials() {
 }
 
 // ---------------------------------------------------------------------------
-// Durations: over 30 days is bad configuration (SPEC §1)
+// Durations: over 30 days is bad configuration (docs/configuration.md)
 // ---------------------------------------------------------------------------
 
 #[test]
@@ -466,7 +466,7 @@ fn a_subscriber_backoff_over_30_days_is_422() {
 }
 
 // ---------------------------------------------------------------------------
-// X-Request-ID: echoed only when 1–200 visible ASCII characters (SPEC §1)
+// X-Request-ID: echoed only when 1–200 visible ASCII characters (docs/api.md)
 // ---------------------------------------------------------------------------
 
 #[test]

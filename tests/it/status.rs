@@ -1,4 +1,4 @@
-//! SPEC §2 reading status, probes, request ids and metrics.
+//! Reading status, probes, request ids and metrics (docs/api.md).
 
 use std::time::Duration;
 

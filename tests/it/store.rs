@@ -64,7 +64,8 @@ fn a_nul_byte_in_an_error_is_stored_without_it_and_stops_nothing(db: &Db) {
 }
 }
 
-/// SPEC §5: a type routed by a wildcard is labelled with the pattern, so that a
+/// docs/api.md (metrics): a type routed by a wildcard is labelled with the pattern,
+/// so that a
 /// `"*"` route does not make one series per event type ever posted.
 #[test]
 fn events_received_are_labelled_by_the_pattern_that_routed_them() {

@@ -32,7 +32,8 @@ pub struct HttpTarget {
 
 /// Builds the one shared client: pooled keep-alive connections, no redirects, a
 /// resolver that refuses forbidden addresses (see [`TargetGuard`]), and no proxy:
-/// `HTTP_PROXY`, `HTTPS_PROXY` and `ALL_PROXY` are ignored (SPEC §1), since a proxy
+/// `HTTP_PROXY`, `HTTPS_PROXY` and `ALL_PROXY` are ignored (docs/handlers.md,
+/// "Outbound safety"), since a proxy
 /// would resolve and reach the target itself, past the guard.
 pub fn client(guard: Arc<TargetGuard>) -> Result<Client, reqwest::Error> {
     Client::builder()
@@ -108,7 +109,7 @@ async fn deliver(
     Err(classify(status, retry_after, message))
 }
 
-/// The decision matrix of SPEC §4 for a non-2xx answer.
+/// The decision matrix for a non-2xx answer (docs/handlers.md, "http").
 fn classify(status: StatusCode, retry_after: Option<Duration>, message: String) -> HandlerError {
     let retryable = status == StatusCode::REQUEST_TIMEOUT
         || status == StatusCode::TOO_MANY_REQUESTS

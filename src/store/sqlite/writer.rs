@@ -307,7 +307,8 @@ pub(super) async fn purge(
     Ok(done.rows_affected())
 }
 
-/// Derives each event's status from its deliveries (SPEC §3): `completed` when all
+/// Derives each event's status from its deliveries (docs/states.md): `completed`
+/// when all
 /// are (or there are none); `failed` when one is dead-lettered and none is still
 /// pending or processing; `pending` while nothing was tried yet; else `processing`.
 fn settle(script: &mut QueryBuilder<Sqlite>, events: &[Uuid]) {
@@ -355,7 +356,7 @@ fn insert_events(script: &mut QueryBuilder<Sqlite>, events: &[&NewEvent]) {
     );
     script.push_values(events, |mut row, e| {
         let created = e.created_at.to_rfc3339();
-        // An event no handler routes is complete at once (SPEC §3); the answer to
+        // An event no handler routes is complete at once (docs/states.md); the answer to
         // its POST still says `pending`, the status every new event is accepted in.
         let status = if e.deliveries.is_empty() {
             Status::Completed
