@@ -13,8 +13,8 @@
 //! - [`store`]: the [`Store`](store::Store) trait and its SQLite implementation with
 //!   group commit, and (feature `postgres`) the PostgreSQL one that several
 //!   instances share;
-//! - [`queue`], [`registry`], [`worker`]: the processing side; [`dispatch`] and
-//!   [`claims`]: how work reaches the workers on each backend;
+//! - [`registry`]: which handlers an event type reaches; [`processing`]: the queue,
+//!   the workers and how work reaches them on each backend;
 //! - [`app::serve`]: the whole service; [`server`]: its HTTP front door (timeouts,
 //!   header size, connection limit).
 //!
@@ -34,15 +34,12 @@
 
 pub mod api;
 pub mod app;
-pub mod claims;
 pub mod config;
-pub mod dispatch;
 pub mod inbox;
 pub mod json;
 pub mod layers;
 pub mod model;
-pub mod ordering;
-pub mod queue;
+pub mod processing;
 pub mod registry;
 pub mod retention;
 pub mod retry;
@@ -52,5 +49,3 @@ pub mod sources;
 pub mod ssrf;
 pub mod store;
 pub mod telemetry;
-pub mod timer;
-pub mod worker;

@@ -4,8 +4,8 @@
 //! One claim loop per instance keeps this instance's workers fed: when at most
 //! `WORKER_COUNT` claimed deliveries are held, it claims up to twice that many due
 //! ones (`FOR UPDATE SKIP LOCKED`, see [`ClaimStore::claim`]) into the local
-//! [`Queue`] the [`Workers`](crate::worker::Workers) read. When nothing more is due
-//! it sleeps until one of:
+//! [`Queue`] the [`Workers`](crate::processing::worker::Workers) read. When nothing
+//! more is due it sleeps until one of:
 //!
 //! - intake on this instance committed an event (a direct wake-up);
 //! - any instance sent `NOTIFY hookbox_work` (intake after its commit, a finished
@@ -35,11 +35,13 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::dispatch::Dispatch;
 use crate::layers::backpressure::LoadSignal;
-use crate::queue::Queue;
+use crate::model::Timestamp;
+use crate::processing::dispatch::Dispatch;
+use crate::processing::job::Job;
+use crate::processing::queue::Queue;
+use crate::processing::worker::Feeder;
 use crate::store::ClaimStore;
-use crate::worker::Job;
 
 /// The safety-net poll of an idle claim loop.
 pub const FALLBACK_POLL: Duration = Duration::from_secs(5);
@@ -267,6 +269,31 @@ impl Dispatch for Claims {
 
     fn capacity(&self) -> usize {
         self.capacity
+    }
+}
+
+/// Several instances (PostgreSQL): the database is the queue, and a claimed
+/// delivery stays leased to this instance until its outcome is written; a retry
+/// waits in the database until its `retry_after`.
+impl Feeder for Arc<Claims> {
+    fn put_back_after(&self, _job: Job, _delay: Duration) -> bool {
+        false
+    }
+
+    fn hold_until(&self, _job: Job, _due: Timestamp) -> bool {
+        false
+    }
+
+    fn runs_unmarked(&self) -> bool {
+        true
+    }
+
+    fn after_commit(&self, _committed: bool, retry: Option<(Job, Duration)>) {
+        // The claim loop learnt of due times when it last claimed; tell it of this
+        // retry's, or it waits for its fallback poll.
+        if let Some((_, after)) = retry {
+            self.wake_after(after);
+        }
     }
 }
 

@@ -12,8 +12,9 @@ use tokio::time::Instant;
 use tokio_util::time::DelayQueue;
 
 use crate::model::Timestamp;
-use crate::queue::Queue;
-use crate::worker::Job;
+use crate::processing::job::Job;
+use crate::processing::queue::Queue;
+use crate::processing::worker::Feeder;
 
 /// Where to schedule jobs for later.
 #[derive(Clone)]
@@ -39,6 +40,30 @@ impl Timer {
     pub fn after(&self, job: Job, wait: Duration) {
         // The receiver lives as long as the runtime; a send after shutdown is moot.
         let _ = self.tx.send((job, Instant::now() + wait));
+    }
+}
+
+/// One instance (SQLite): intake, startup recovery and this timer fill the queue, so
+/// a retry, a delivery not due yet and one the store failed to start all wait here.
+impl Feeder for Timer {
+    fn put_back_after(&self, job: Job, delay: Duration) -> bool {
+        self.after(job, delay);
+        true
+    }
+
+    fn hold_until(&self, job: Job, due: Timestamp) -> bool {
+        self.at(job, due);
+        true
+    }
+
+    fn runs_unmarked(&self) -> bool {
+        false
+    }
+
+    fn after_commit(&self, committed: bool, retry: Option<(Job, Duration)>) {
+        if let (true, Some((job, after))) = (committed, retry) {
+            self.after(job, after);
+        }
     }
 }
 

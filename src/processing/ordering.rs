@@ -8,7 +8,7 @@
 //! replay; ids are UUID v7, so their order is creation order.
 //!
 //! ```
-//! use hookbox::ordering::OrderingGate;
+//! use hookbox::processing::ordering::OrderingGate;
 //! use uuid::Uuid;
 //!
 //! let gate = OrderingGate::default();
@@ -26,7 +26,7 @@ use std::sync::Mutex;
 use uuid::Uuid;
 
 /// The unfinished deliveries of every (handler, value) and the jobs waiting.
-pub struct OrderingGate<J = crate::worker::Job> {
+pub struct OrderingGate<J = crate::processing::job::Job> {
     keys: Mutex<HashMap<(String, String), Key<J>>>,
 }
 

@@ -9,7 +9,7 @@
 //! whatever the bound.
 //!
 //! ```
-//! use hookbox::queue::Queue;
+//! use hookbox::processing::queue::Queue;
 //! use hookbox::layers::backpressure::LoadSignal;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
