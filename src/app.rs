@@ -99,14 +99,14 @@ pub struct Shared {
     pub store: Arc<dyn Store>,
     /// Where committed work goes: the in-memory queue (SQLite) or the claimers
     /// (PostgreSQL).
-    pub dispatch: Arc<dyn Dispatch>,
+    pub(crate) dispatch: Arc<dyn Dispatch>,
     /// What intake's backpressure reads: the same object as `dispatch`.
     pub load: Arc<dyn LoadSignal>,
     /// The routing table (manifests + subscribers).
     pub registry: Arc<LiveRegistry>,
     /// Strict per-key ordering on one instance (SQLite); `None` on PostgreSQL,
     /// where the claim query enforces it.
-    pub gate: Option<Arc<OrderingGate>>,
+    pub(crate) gate: Option<Arc<OrderingGate>>,
     /// `REQUIRE_IDEMPOTENCY_KEY`.
     pub require_idempotency_key: bool,
     /// `MAX_BODY_BYTES`.

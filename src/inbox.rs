@@ -9,8 +9,8 @@
 //! restart, and an ordered key was blocked behind it. A dropped request now drops
 //! only its wait for the answer; the task runs to its end.
 //!
-//! Ordered deliveries take their place in line before their commit (see
-//! [`crate::processing::ordering`]); a drop guard gives the place back when the commit does not
+//! Ordered deliveries take their place in line before their commit (in the ordering
+//! gate of processing); a drop guard gives the place back when the commit does not
 //! create them, whatever ends the task.
 
 use std::future::Future;

@@ -44,10 +44,10 @@ use crate::processing::worker::Feeder;
 use crate::store::ClaimStore;
 
 /// The safety-net poll of an idle claim loop.
-pub const FALLBACK_POLL: Duration = Duration::from_secs(5);
+pub(crate) const FALLBACK_POLL: Duration = Duration::from_secs(5);
 
 /// How often the shared backlog is counted for backpressure.
-pub const BACKLOG_REFRESH: Duration = Duration::from_millis(100);
+pub(crate) const BACKLOG_REFRESH: Duration = Duration::from_millis(100);
 
 /// Longest wait after a database error before trying again.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -55,7 +55,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 type BoxedTask = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// One instance's claimer: feeds its workers from the shared database.
-pub struct Claims {
+pub(crate) struct Claims {
     store: Arc<dyn ClaimStore>,
     /// Claimed deliveries, waiting for or held by a worker of this instance.
     queue: Arc<Queue<Job>>,
@@ -75,7 +75,7 @@ pub struct Claims {
 impl Claims {
     /// A claimer for `workers` workers with leases of `lease`; intake is refused
     /// while the shared backlog is at `capacity`.
-    pub fn new(
+    pub(crate) fn new(
         store: Arc<dyn ClaimStore>,
         capacity: usize,
         workers: usize,
@@ -97,13 +97,13 @@ impl Claims {
     }
 
     /// The local queue the workers take claimed deliveries from.
-    pub fn queue(&self) -> Arc<Queue<Job>> {
+    pub(crate) fn queue(&self) -> Arc<Queue<Job>> {
         self.queue.clone()
     }
 
     /// Counts the shared backlog once (before `/ready`, so that backpressure starts
     /// from the truth).
-    pub async fn refresh_backlog(&self) -> Result<(), crate::store::StoreError> {
+    pub(crate) async fn refresh_backlog(&self) -> Result<(), crate::store::StoreError> {
         let n = self.store.backlog().await?;
         self.backlog.store(n, Ordering::Relaxed);
         Ok(())
@@ -113,7 +113,7 @@ impl Claims {
     /// `claiming` is cancelled, and the lease renewal, the backlog counter and the
     /// notifier, which stop when `rest` is (after the workers drained). Dropping the
     /// set aborts them all.
-    pub fn spawn(
+    pub(crate) fn spawn(
         self: &Arc<Self>,
         claiming: &CancellationToken,
         rest: &CancellationToken,
@@ -136,7 +136,7 @@ impl Claims {
 
     /// Gives back what this instance still holds (after its workers stopped), so
     /// that other instances take it at once rather than after the lease.
-    pub async fn release(&self) {
+    pub(crate) async fn release(&self) {
         match self.store.release().await {
             Ok(0) => {}
             Ok(n) => info!(deliveries = n, "released unfinished claims"),
@@ -185,7 +185,7 @@ impl Claims {
     }
 
     /// Wakes this instance's claim loop after `delay` (a retry falls due then).
-    pub fn wake_after(self: &Arc<Self>, delay: Duration) {
+    pub(crate) fn wake_after(self: &Arc<Self>, delay: Duration) {
         let this = self.clone();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;

@@ -13,7 +13,7 @@ use crate::processing::job::Job;
 use crate::processing::queue::Queue;
 
 /// What intake (and any other writer of new work) hands committed work to.
-pub trait Dispatch: Send + Sync + 'static {
+pub(crate) trait Dispatch: Send + Sync + 'static {
     /// `jobs` were committed: queue them, or wake whoever claims them.
     fn submit(&self, jobs: Vec<Job>);
 

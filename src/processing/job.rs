@@ -12,12 +12,16 @@ use crate::model::{DeliveryTask, NewEvent, Status};
 
 /// One unit of work in the in-memory queue.
 #[derive(Debug, Clone)]
-pub enum Job {
+pub(crate) enum Job {
     /// Run one attempt of a delivery.
     Deliver {
         /// The delivery.
         delivery: Uuid,
         /// Its event.
+        #[expect(
+            dead_code,
+            reason = "no reader since Job left the public API; shown by Debug"
+        )]
         event: Uuid,
         /// What intake already knows of it (spares the worker a read); `None` for
         /// recovered and retried deliveries, which are read from the store.
@@ -28,12 +32,18 @@ pub enum Job {
     Settle(Uuid),
     /// A new event no handler matched: stored `completed` already, it only holds a
     /// place in the queue until a worker takes it, like any accepted event.
-    Unrouted(Uuid),
+    Unrouted(
+        #[expect(
+            dead_code,
+            reason = "no reader since Job left the public API; shown by Debug"
+        )]
+        Uuid,
+    ),
 }
 
 impl Job {
     /// The jobs a freshly stored event needs: one per delivery, or one settle.
-    pub fn for_new_event(event: &NewEvent) -> Vec<Job> {
+    pub(crate) fn for_new_event(event: &NewEvent) -> Vec<Job> {
         if event.deliveries.is_empty() {
             return vec![Job::Unrouted(event.id)];
         }
@@ -62,7 +72,7 @@ impl Job {
     }
 
     /// A job for a delivery claimed from a shared database (already `processing`).
-    pub fn claimed(task: DeliveryTask) -> Job {
+    pub(crate) fn claimed(task: DeliveryTask) -> Job {
         Job::Deliver {
             delivery: task.delivery_id,
             event: task.event_id,
@@ -71,7 +81,7 @@ impl Job {
     }
 
     /// A job that reads its delivery from the store when it runs.
-    pub fn deliver(delivery: Uuid, event: Uuid) -> Job {
+    pub(crate) fn deliver(delivery: Uuid, event: Uuid) -> Job {
         Job::Deliver {
             delivery,
             event,

@@ -15,10 +15,10 @@
 //! `claims` is a [`Dispatch`](dispatch::Dispatch) too). The worker knows its feeder
 //! only through that trait.
 
-pub mod claims;
-pub mod dispatch;
-pub mod job;
-pub mod ordering;
-pub mod queue;
-pub mod timer;
-pub mod worker;
+pub(crate) mod claims;
+pub(crate) mod dispatch;
+pub(crate) mod job;
+pub(crate) mod ordering;
+pub(crate) mod queue;
+pub(crate) mod timer;
+pub(crate) mod worker;

@@ -31,7 +31,7 @@ use crate::telemetry::names;
 /// `Workers::commit`.)
 ///
 /// The worker sees only this trait, so it depends on neither feeder.
-pub trait Feeder: Send + Sync + 'static {
+pub(crate) trait Feeder: Send + Sync + 'static {
     /// The store failed before the attempt of `job` ran: brings `job` back after
     /// `delay` and says true, or says false when it cannot (a claimed delivery
     /// stays leased to this instance).
@@ -55,20 +55,20 @@ pub trait Feeder: Send + Sync + 'static {
 
 /// What every worker shares.
 #[derive(Clone)]
-pub struct Workers {
+pub(crate) struct Workers {
     /// Where jobs come from.
-    pub queue: Arc<Queue<Job>>,
+    pub(crate) queue: Arc<Queue<Job>>,
     /// Where outcomes go.
-    pub store: Arc<dyn Store>,
+    pub(crate) store: Arc<dyn Store>,
     /// Handlers by name.
-    pub registry: Arc<LiveRegistry>,
+    pub(crate) registry: Arc<LiveRegistry>,
     /// Strict per-key ordering on one instance (`None` on PostgreSQL, where the
     /// claim query enforces it).
-    pub gate: Option<Arc<OrderingGate>>,
+    pub(crate) gate: Option<Arc<OrderingGate>>,
     /// Who fills `queue`.
-    pub feed: Arc<dyn Feeder>,
+    pub(crate) feed: Arc<dyn Feeder>,
     /// The tasks recording outcomes (shutdown waits for them).
-    pub recorders: tokio_util::task::TaskTracker,
+    pub(crate) recorders: tokio_util::task::TaskTracker,
 }
 
 /// An attempt's result, to record after the worker moved on.
@@ -86,7 +86,7 @@ impl Workers {
     /// Recording an outcome is handed to a task of [`Workers::recorders`] that keeps
     /// the job's queue place until the commit, so the worker takes its next job
     /// while the writer commits (measured: 6.9k → 12k events/s end to end).
-    pub async fn run(self) {
+    pub(crate) async fn run(self) {
         while let Some(lease) = self.queue.take().await {
             let (delivery, known) = match &*lease {
                 Job::Settle(event) => {
@@ -304,7 +304,7 @@ fn outcome(
 const RETRY_STORE_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How long an attempt runs before its delivery is marked `processing`.
-pub const MARK_PROCESSING_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
+pub(crate) const MARK_PROCESSING_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
 
 fn job_of(task: &DeliveryTask) -> Job {
     Job::deliver(task.delivery_id, task.event_id)
