@@ -25,12 +25,15 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::claims::Claims;
 use crate::config::{Config, Secret};
-use crate::dispatch::Dispatch;
 use crate::layers::backpressure::LoadSignal;
-use crate::ordering::OrderingGate;
-use crate::queue::Queue;
+use crate::processing::claims::Claims;
+use crate::processing::dispatch::Dispatch;
+use crate::processing::job::Job;
+use crate::processing::ordering::OrderingGate;
+use crate::processing::queue::Queue;
+use crate::processing::timer::Timer;
+use crate::processing::worker::{Feeder, Workers};
 use crate::registry::Registry;
 use crate::registry::live::LiveRegistry;
 use crate::registry::manifest::{self, ManifestError};
@@ -39,8 +42,6 @@ use crate::ssrf::TargetGuard;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{ClaimStore, Store, StoreError};
 use crate::telemetry::names;
-use crate::timer::Timer;
-use crate::worker::{Feed, Job, Workers};
 
 /// Why the service could not start or run.
 #[derive(Debug, thiserror::Error)]
@@ -98,14 +99,14 @@ pub struct Shared {
     pub store: Arc<dyn Store>,
     /// Where committed work goes: the in-memory queue (SQLite) or the claimers
     /// (PostgreSQL).
-    pub dispatch: Arc<dyn Dispatch>,
+    pub(crate) dispatch: Arc<dyn Dispatch>,
     /// What intake's backpressure reads: the same object as `dispatch`.
     pub load: Arc<dyn LoadSignal>,
     /// The routing table (manifests + subscribers).
     pub registry: Arc<LiveRegistry>,
     /// Strict per-key ordering on one instance (SQLite); `None` on PostgreSQL,
     /// where the claim query enforces it.
-    pub gate: Option<Arc<OrderingGate>>,
+    pub(crate) gate: Option<Arc<OrderingGate>>,
     /// `REQUIRE_IDEMPOTENCY_KEY`.
     pub require_idempotency_key: bool,
     /// `MAX_BODY_BYTES`.
@@ -348,18 +349,18 @@ async fn run_workers(
 ) -> Result<(), AppError> {
     let store = state.store.clone();
     let (stop_claiming, stop_leases) = (CancellationToken::new(), CancellationToken::new());
-    let (queue, feed, claim_tasks) = match &processing {
+    let (queue, feed, claim_tasks): (_, Arc<dyn Feeder>, _) = match &processing {
         Processing::Local(queue) => {
             let timer = Timer::start(queue.clone());
             recover(&*store, queue, state.gate.as_deref(), &timer).await?;
-            (queue.clone(), Feed::Local(timer), None)
+            (queue.clone(), Arc::new(timer), None)
         }
         Processing::Shared(claims) => {
             // The database is the queue: recovery is the claim query itself, which
             // also takes over the deliveries whose lease expired.
             claims.refresh_backlog().await?;
             let tasks = claims.spawn(&stop_claiming, &stop_leases);
-            (claims.queue(), Feed::Claims(claims.clone()), Some(tasks))
+            (claims.queue(), Arc::new(claims.clone()), Some(tasks))
         }
     };
     let crew = Workers {

@@ -9,8 +9,8 @@
 //! restart, and an ordered key was blocked behind it. A dropped request now drops
 //! only its wait for the answer; the task runs to its end.
 //!
-//! Ordered deliveries take their place in line before their commit (see
-//! [`crate::ordering`]); a drop guard gives the place back when the commit does not
+//! Ordered deliveries take their place in line before their commit (in the ordering
+//! gate of processing); a drop guard gives the place back when the commit does not
 //! create them, whatever ends the task.
 
 use std::future::Future;
@@ -18,9 +18,9 @@ use std::sync::Arc;
 
 use crate::app::AppState;
 use crate::model::NewEvent;
-use crate::ordering::OrderingGate;
+use crate::processing::job::Job;
+use crate::processing::ordering::OrderingGate;
 use crate::store::{Inserted, PendingDelivery, ReplayFilter, Store, StoreError};
-use crate::worker::Job;
 
 /// Why committing through the inbox failed.
 #[derive(Debug, thiserror::Error)]

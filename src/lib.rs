@@ -5,25 +5,47 @@
 //! and hands every event to the handlers registered for its type, with retries,
 //! backoff and dead letters.
 //!
-//! The binary (`hookbox serve`) is a thin shell over this library. A Rust user can
-//! embed the pieces:
+//! The binary (`hookbox serve`) is a thin shell over this library. What a Rust user
+//! embeds:
 //!
-//! - [`layers`]: tower layers that work around *any* HTTP service — backpressure,
-//!   idempotency keys, metrics, request ids and tracing;
+//! - [`app`], the app builder: [`App::bind`](app::App::bind) opens the store and
+//!   binds the address, [`App::run`](app::App::run) serves until a shutdown future
+//!   resolves and drains; [`app::serve`] does both; [`app::load_registry`] reads
+//!   handler manifests the way the binary does.
+//! - [`config`]: [`Config`](config::Config), the settings (defaults < file <
+//!   environment), built in code with [`Config::from_pairs`](config::Config::from_pairs).
+//! - [`registry`]: which handlers receive which event types —
+//!   [`Registry::builder`](registry::Registry::builder) with
+//!   [`handler_fn`](registry::handler_fn) for handlers written in Rust, each with its
+//!   [`retry::Policy`]; manifests fill the same registry with http, exec and log
+//!   handlers.
+//! - [`model`]: the records a handler and the API see — [`Status`](model::Status),
+//!   [`Timestamp`](model::Timestamp), events, deliveries, subscribers, dead letters.
 //! - [`store`]: the [`Store`](store::Store) trait and its SQLite implementation with
 //!   group commit, and (feature `postgres`) the PostgreSQL one that several
-//!   instances share;
-//! - [`queue`], [`registry`], [`worker`]: the processing side; [`dispatch`] and
-//!   [`claims`]: how work reaches the workers on each backend;
-//! - [`app::serve`]: the whole service; [`server`]: its HTTP front door (timeouts,
-//!   header size, connection limit).
+//!   instances share.
+//! - [`layers`]: tower layers that work around *any* HTTP service — backpressure,
+//!   idempotency keys, metrics, request ids and tracing (`cargo run --example
+//!   layers` puts them around a small payments API).
+//!
+//! The rest is how the service is built: [`inbox`] commits and hands work to
+//! processing, [`api`] holds the routes, [`server`] the HTTP front door (timeouts,
+//! header size, connection limit). Processing itself — the queue, retry timer,
+//! ordering gate, PostgreSQL claims and the workers — is internal to the crate.
 //!
 //! ```no_run
-//! use hookbox::{app, config::Config, registry::Registry};
+//! use hookbox::{app, config::Config};
+//! use hookbox::registry::{Event, HandlerError, Registry, handler_fn};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let config = Config::from_pairs([("BIND_ADDR", "127.0.0.1:8000"), ("DB_PATH", "/tmp/hookbox.db")])?;
-//! app::serve(config, Registry::default(), None, async {
+//! let registry = Registry::builder()
+//!     .route("order.*", handler_fn(|event: Event| async move {
+//!         println!("order event {}", event.id);
+//!         Ok::<(), HandlerError>(())
+//!     }))
+//!     .build()?;
+//! app::serve(config, registry, None, async {
 //!     let _ = tokio::signal::ctrl_c().await;
 //! })
 //! .await?;
@@ -34,15 +56,12 @@
 
 pub mod api;
 pub mod app;
-pub mod claims;
 pub mod config;
-pub mod dispatch;
 pub mod inbox;
 pub mod json;
 pub mod layers;
 pub mod model;
-pub mod ordering;
-pub mod queue;
+pub(crate) mod processing;
 pub mod registry;
 pub mod retention;
 pub mod retry;
@@ -52,5 +71,3 @@ pub mod sources;
 pub mod ssrf;
 pub mod store;
 pub mod telemetry;
-pub mod timer;
-pub mod worker;

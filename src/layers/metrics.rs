@@ -3,9 +3,8 @@
 //!
 //! The `route` label is the *matched route template* (`/webhooks/{id}`), never the raw
 //! path, so an attacker cannot grow the label set. Inside axum put the layer on the
-//! router with `Router::layer`, where axum has already stored
-//! [`MatchedPath`](axum::extract::MatchedPath); requests that matched no route count
-//! as `route="unmatched"`.
+//! router with `Router::layer`, where axum has already stored [`MatchedPath`];
+//! requests that matched no route count as `route="unmatched"`.
 //!
 //! ```
 //! use axum::{Router, routing::get};

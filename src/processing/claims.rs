@@ -4,8 +4,8 @@
 //! One claim loop per instance keeps this instance's workers fed: when at most
 //! `WORKER_COUNT` claimed deliveries are held, it claims up to twice that many due
 //! ones (`FOR UPDATE SKIP LOCKED`, see [`ClaimStore::claim`]) into the local
-//! [`Queue`] the [`Workers`](crate::worker::Workers) read. When nothing more is due
-//! it sleeps until one of:
+//! [`Queue`] the [`Workers`](crate::processing::worker::Workers) read. When nothing
+//! more is due it sleeps until one of:
 //!
 //! - intake on this instance committed an event (a direct wake-up);
 //! - any instance sent `NOTIFY hookbox_work` (intake after its commit, a finished
@@ -35,17 +35,19 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::dispatch::Dispatch;
 use crate::layers::backpressure::LoadSignal;
-use crate::queue::Queue;
+use crate::model::Timestamp;
+use crate::processing::dispatch::Dispatch;
+use crate::processing::job::Job;
+use crate::processing::queue::Queue;
+use crate::processing::worker::Feeder;
 use crate::store::ClaimStore;
-use crate::worker::Job;
 
 /// The safety-net poll of an idle claim loop.
-pub const FALLBACK_POLL: Duration = Duration::from_secs(5);
+pub(crate) const FALLBACK_POLL: Duration = Duration::from_secs(5);
 
 /// How often the shared backlog is counted for backpressure.
-pub const BACKLOG_REFRESH: Duration = Duration::from_millis(100);
+pub(crate) const BACKLOG_REFRESH: Duration = Duration::from_millis(100);
 
 /// Longest wait after a database error before trying again.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -53,7 +55,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 type BoxedTask = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// One instance's claimer: feeds its workers from the shared database.
-pub struct Claims {
+pub(crate) struct Claims {
     store: Arc<dyn ClaimStore>,
     /// Claimed deliveries, waiting for or held by a worker of this instance.
     queue: Arc<Queue<Job>>,
@@ -73,7 +75,7 @@ pub struct Claims {
 impl Claims {
     /// A claimer for `workers` workers with leases of `lease`; intake is refused
     /// while the shared backlog is at `capacity`.
-    pub fn new(
+    pub(crate) fn new(
         store: Arc<dyn ClaimStore>,
         capacity: usize,
         workers: usize,
@@ -95,13 +97,13 @@ impl Claims {
     }
 
     /// The local queue the workers take claimed deliveries from.
-    pub fn queue(&self) -> Arc<Queue<Job>> {
+    pub(crate) fn queue(&self) -> Arc<Queue<Job>> {
         self.queue.clone()
     }
 
     /// Counts the shared backlog once (before `/ready`, so that backpressure starts
     /// from the truth).
-    pub async fn refresh_backlog(&self) -> Result<(), crate::store::StoreError> {
+    pub(crate) async fn refresh_backlog(&self) -> Result<(), crate::store::StoreError> {
         let n = self.store.backlog().await?;
         self.backlog.store(n, Ordering::Relaxed);
         Ok(())
@@ -111,7 +113,7 @@ impl Claims {
     /// `claiming` is cancelled, and the lease renewal, the backlog counter and the
     /// notifier, which stop when `rest` is (after the workers drained). Dropping the
     /// set aborts them all.
-    pub fn spawn(
+    pub(crate) fn spawn(
         self: &Arc<Self>,
         claiming: &CancellationToken,
         rest: &CancellationToken,
@@ -134,7 +136,7 @@ impl Claims {
 
     /// Gives back what this instance still holds (after its workers stopped), so
     /// that other instances take it at once rather than after the lease.
-    pub async fn release(&self) {
+    pub(crate) async fn release(&self) {
         match self.store.release().await {
             Ok(0) => {}
             Ok(n) => info!(deliveries = n, "released unfinished claims"),
@@ -183,7 +185,7 @@ impl Claims {
     }
 
     /// Wakes this instance's claim loop after `delay` (a retry falls due then).
-    pub fn wake_after(self: &Arc<Self>, delay: Duration) {
+    pub(crate) fn wake_after(self: &Arc<Self>, delay: Duration) {
         let this = self.clone();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
@@ -267,6 +269,31 @@ impl Dispatch for Claims {
 
     fn capacity(&self) -> usize {
         self.capacity
+    }
+}
+
+/// Several instances (PostgreSQL): the database is the queue, and a claimed
+/// delivery stays leased to this instance until its outcome is written; a retry
+/// waits in the database until its `retry_after`.
+impl Feeder for Arc<Claims> {
+    fn put_back_after(&self, _job: Job, _delay: Duration) -> bool {
+        false
+    }
+
+    fn hold_until(&self, _job: Job, _due: Timestamp) -> bool {
+        false
+    }
+
+    fn runs_unmarked(&self) -> bool {
+        true
+    }
+
+    fn after_commit(&self, _committed: bool, retry: Option<(Job, Duration)>) {
+        // The claim loop learnt of due times when it last claimed; tell it of this
+        // retry's, or it waits for its fallback poll.
+        if let Some((_, after)) = retry {
+            self.wake_after(after);
+        }
     }
 }
 

@@ -3,17 +3,17 @@
 //!
 //! - SQLite (one instance): the in-memory [`Queue`] itself; intake pushes the new
 //!   event's jobs and the workers take them.
-//! - PostgreSQL (several instances): [`Claims`](crate::claims::Claims); the
+//! - PostgreSQL (several instances): [`Claims`](crate::processing::claims::Claims); the
 //!   database is the queue, so intake only wakes the claimers of every instance.
 //!
-//! Either way the same [`Workers`](crate::worker::Workers) take jobs from a local
+//! Either way the same [`Workers`](crate::processing::worker::Workers) take jobs from a local
 //! queue and run the same attempt and record code.
 
-use crate::queue::Queue;
-use crate::worker::Job;
+use crate::processing::job::Job;
+use crate::processing::queue::Queue;
 
 /// What intake (and any other writer of new work) hands committed work to.
-pub trait Dispatch: Send + Sync + 'static {
+pub(crate) trait Dispatch: Send + Sync + 'static {
     /// `jobs` were committed: queue them, or wake whoever claims them.
     fn submit(&self, jobs: Vec<Job>);
 

@@ -6,19 +6,7 @@
 //!
 //! Deliveries are registered before their commit (intake), at recovery and at
 //! replay; ids are UUID v7, so their order is creation order.
-//!
-//! ```
-//! use hookbox::ordering::OrderingGate;
-//! use uuid::Uuid;
-//!
-//! let gate = OrderingGate::default();
-//! let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
-//! gate.register("billing", "cust-1", a);
-//! gate.register("billing", "cust-1", b);
-//! assert!(!gate.admit("billing", "cust-1", b, "job b"), "b waits for a");
-//! assert!(gate.admit("billing", "cust-1", a, "job a"));
-//! assert_eq!(gate.finished("billing", "cust-1", a), Some("job b"), "a done: b's turn");
-//! ```
+//! (`tests::the_younger_waits_for_the_older` shows it.)
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -26,7 +14,7 @@ use std::sync::Mutex;
 use uuid::Uuid;
 
 /// The unfinished deliveries of every (handler, value) and the jobs waiting.
-pub struct OrderingGate<J = crate::worker::Job> {
+pub(crate) struct OrderingGate<J = crate::processing::job::Job> {
     keys: Mutex<HashMap<(String, String), Key<J>>>,
 }
 
@@ -49,7 +37,7 @@ impl<J> OrderingGate<J> {
     }
 
     /// Records an unfinished delivery of `handler` and `value`.
-    pub fn register(&self, handler: &str, value: &str, delivery: Uuid) {
+    pub(crate) fn register(&self, handler: &str, value: &str, delivery: Uuid) {
         self.lock()
             .entry((handler.to_owned(), value.to_owned()))
             .or_insert_with(|| Key {
@@ -61,7 +49,7 @@ impl<J> OrderingGate<J> {
     }
 
     /// True when `delivery` may run now; otherwise `job` is kept until its turn.
-    pub fn admit(&self, handler: &str, value: &str, delivery: Uuid, job: J) -> bool {
+    pub(crate) fn admit(&self, handler: &str, value: &str, delivery: Uuid, job: J) -> bool {
         let mut keys = self.lock();
         let key = keys
             .entry((handler.to_owned(), value.to_owned()))
@@ -79,7 +67,7 @@ impl<J> OrderingGate<J> {
 
     /// `delivery` will not run again (completed, dead-lettered, or never stored):
     /// returns the next one's job if it was waiting.
-    pub fn finished(&self, handler: &str, value: &str, delivery: Uuid) -> Option<J> {
+    pub(crate) fn finished(&self, handler: &str, value: &str, delivery: Uuid) -> Option<J> {
         let mut keys = self.lock();
         let id = (handler.to_owned(), value.to_owned());
         let key = keys.get_mut(&id)?;
@@ -93,20 +81,35 @@ impl<J> OrderingGate<J> {
         job
     }
 
-    /// How many keys have unfinished deliveries (for tests and debugging).
-    pub fn len(&self) -> usize {
+    /// How many keys have unfinished deliveries.
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.lock().len()
-    }
-
-    /// True when no key has unfinished deliveries.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The module docs' example (a doc test while the gate was public).
+    #[test]
+    fn the_younger_waits_for_the_older() {
+        let gate = OrderingGate::default();
+        let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+        gate.register("billing", "cust-1", a);
+        gate.register("billing", "cust-1", b);
+        assert!(
+            !gate.admit("billing", "cust-1", b, "job b"),
+            "b waits for a"
+        );
+        assert!(gate.admit("billing", "cust-1", a, "job a"));
+        assert_eq!(
+            gate.finished("billing", "cust-1", a),
+            Some("job b"),
+            "a done: b's turn"
+        );
+    }
 
     #[test]
     fn keys_are_independent_and_order_is_by_id() {

@@ -12,33 +12,58 @@ use tokio::time::Instant;
 use tokio_util::time::DelayQueue;
 
 use crate::model::Timestamp;
-use crate::queue::Queue;
-use crate::worker::Job;
+use crate::processing::job::Job;
+use crate::processing::queue::Queue;
+use crate::processing::worker::Feeder;
 
 /// Where to schedule jobs for later.
 #[derive(Clone)]
-pub struct Timer {
+pub(crate) struct Timer {
     tx: mpsc::UnboundedSender<(Job, Instant)>,
 }
 
 impl Timer {
     /// Starts the timer task, which pushes due jobs to `queue`.
-    pub fn start(queue: Arc<Queue<Job>>) -> Self {
+    pub(crate) fn start(queue: Arc<Queue<Job>>) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(run(queue, rx));
         Self { tx }
     }
 
     /// Pushes `job` to the queue at `at` (at once if that is past).
-    pub fn at(&self, job: Job, at: Timestamp) {
+    pub(crate) fn at(&self, job: Job, at: Timestamp) {
         let wait = u64::try_from(at.millis() - Timestamp::now().millis()).unwrap_or(0);
         self.after(job, Duration::from_millis(wait));
     }
 
     /// Pushes `job` to the queue after `wait`.
-    pub fn after(&self, job: Job, wait: Duration) {
+    pub(crate) fn after(&self, job: Job, wait: Duration) {
         // The receiver lives as long as the runtime; a send after shutdown is moot.
         let _ = self.tx.send((job, Instant::now() + wait));
+    }
+}
+
+/// One instance (SQLite): intake, startup recovery and this timer fill the queue, so
+/// a retry, a delivery not due yet and one the store failed to start all wait here.
+impl Feeder for Timer {
+    fn put_back_after(&self, job: Job, delay: Duration) -> bool {
+        self.after(job, delay);
+        true
+    }
+
+    fn hold_until(&self, job: Job, due: Timestamp) -> bool {
+        self.at(job, due);
+        true
+    }
+
+    fn runs_unmarked(&self) -> bool {
+        false
+    }
+
+    fn after_commit(&self, committed: bool, retry: Option<(Job, Duration)>) {
+        if let (true, Some((job, after))) = (committed, retry) {
+            self.after(job, after);
+        }
     }
 }
 

@@ -13,116 +13,62 @@ use tower::ServiceExt;
 use tracing::{debug, info, warn};
 use uuid::Uuid;
 
-use crate::model::{DeliveryTask, Finish, NewEvent, Status, Timestamp};
-use crate::ordering::OrderingGate;
-use crate::queue::Queue;
+use crate::model::{DeliveryTask, Finish, Status, Timestamp};
+use crate::processing::job::Job;
+use crate::processing::ordering::OrderingGate;
+use crate::processing::queue::Queue;
 use crate::registry::live::LiveRegistry;
 use crate::registry::{Event, Route};
 use crate::retry::{Decision, Failure, jitter};
 use crate::store::{Store, StoreError};
 use crate::telemetry::names;
-use crate::timer::Timer;
 
-/// One unit of work in the in-memory queue.
-#[derive(Debug, Clone)]
-pub enum Job {
-    /// Run one attempt of a delivery.
-    Deliver {
-        /// The delivery.
-        delivery: Uuid,
-        /// Its event.
-        event: Uuid,
-        /// What intake already knows of it (spares the worker a read); `None` for
-        /// recovered and retried deliveries, which are read from the store.
-        task: Option<Arc<DeliveryTask>>,
-    },
-    /// Derive an event's status from its deliveries (recovery of an event whose
-    /// status update was lost).
-    Settle(Uuid),
-    /// A new event no handler matched: stored `completed` already, it only holds a
-    /// place in the queue until a worker takes it, like any accepted event.
-    Unrouted(Uuid),
-}
+/// Who fills the workers' queue: the in-memory retry timer (SQLite, one instance)
+/// or a claimer that takes due deliveries from the database that several instances
+/// share (PostgreSQL). It decides where a delivery goes when it is not due yet,
+/// could not start, or failed and will be retried. (An outcome that cannot be
+/// written is retried in place on both, holding the job's queue place: see
+/// `Workers::commit`.)
+///
+/// The worker sees only this trait, so it depends on neither feeder.
+pub(crate) trait Feeder: Send + Sync + 'static {
+    /// The store failed before the attempt of `job` ran: brings `job` back after
+    /// `delay` and says true, or says false when it cannot (a claimed delivery
+    /// stays leased to this instance).
+    fn put_back_after(&self, job: Job, delay: std::time::Duration) -> bool;
 
-impl Job {
-    /// The jobs a freshly stored event needs: one per delivery, or one settle.
-    pub fn for_new_event(event: &NewEvent) -> Vec<Job> {
-        if event.deliveries.is_empty() {
-            return vec![Job::Unrouted(event.id)];
-        }
-        let payload: Arc<str> = event.payload.as_str().into();
-        event
-            .deliveries
-            .iter()
-            .map(|d| Job::Deliver {
-                delivery: d.id,
-                event: event.id,
-                task: Some(Arc::new(DeliveryTask {
-                    delivery_id: d.id,
-                    handler: d.handler.clone(),
-                    status: Status::Pending,
-                    attempts: 0,
-                    retry_after: None,
-                    ordering_value: d.ordering_value.clone(),
-                    created_at: event.created_at,
-                    event_id: event.id,
-                    idempotency_key: event.idempotency_key.clone(),
-                    event_type: event.event_type.clone(),
-                    payload: payload.clone(),
-                })),
-            })
-            .collect()
-    }
+    /// A delivery read with a `retry_after` still ahead: holds `job` until `due`
+    /// and says true, or says false when the delivery is due anyway (a claim: the
+    /// database's clock decided it).
+    fn hold_until(&self, job: Job, due: Timestamp) -> bool;
 
-    /// A job for a delivery claimed from a shared database (already `processing`).
-    pub fn claimed(task: DeliveryTask) -> Job {
-        Job::Deliver {
-            delivery: task.delivery_id,
-            event: task.event_id,
-            task: Some(Arc::new(task)),
-        }
-    }
+    /// True when an attempt runs on although its delivery could not be marked
+    /// `processing` (a claim holds the delivery; only the event's shown status
+    /// waits for the mark).
+    fn runs_unmarked(&self) -> bool;
 
-    /// A job that reads its delivery from the store when it runs.
-    pub fn deliver(delivery: Uuid, event: Uuid) -> Job {
-        Job::Deliver {
-            delivery,
-            event,
-            task: None,
-        }
-    }
-}
-
-/// What fills the workers' queue, which decides where a delivery goes after a
-/// retryable failure. (An outcome that cannot be written is retried in place on
-/// both, holding the job's queue place: see `Workers::commit`.)
-#[derive(Clone)]
-pub enum Feed {
-    /// Intake, startup recovery and this retry timer push jobs (SQLite: one
-    /// instance). A retry waits in the timer.
-    Local(Timer),
-    /// A claimer takes due deliveries from the database that several instances
-    /// share (PostgreSQL, [`crate::claims`]). A retry waits in the database until
-    /// its `retry_after`; the lease is kept while an outcome is being written.
-    Claims(Arc<crate::claims::Claims>),
+    /// An attempt's outcome was written (`committed`), or the store stopped first;
+    /// `retry` is the job to run again and after how long, when it failed and will
+    /// be retried.
+    fn after_commit(&self, committed: bool, retry: Option<(Job, std::time::Duration)>);
 }
 
 /// What every worker shares.
 #[derive(Clone)]
-pub struct Workers {
+pub(crate) struct Workers {
     /// Where jobs come from.
-    pub queue: Arc<Queue<Job>>,
+    pub(crate) queue: Arc<Queue<Job>>,
     /// Where outcomes go.
-    pub store: Arc<dyn Store>,
+    pub(crate) store: Arc<dyn Store>,
     /// Handlers by name.
-    pub registry: Arc<LiveRegistry>,
+    pub(crate) registry: Arc<LiveRegistry>,
     /// Strict per-key ordering on one instance (`None` on PostgreSQL, where the
     /// claim query enforces it).
-    pub gate: Option<Arc<OrderingGate>>,
+    pub(crate) gate: Option<Arc<OrderingGate>>,
     /// Who fills `queue`.
-    pub feed: Feed,
+    pub(crate) feed: Arc<dyn Feeder>,
     /// The tasks recording outcomes (shutdown waits for them).
-    pub recorders: tokio_util::task::TaskTracker,
+    pub(crate) recorders: tokio_util::task::TaskTracker,
 }
 
 /// An attempt's result, to record after the worker moved on.
@@ -140,7 +86,7 @@ impl Workers {
     /// Recording an outcome is handed to a task of [`Workers::recorders`] that keeps
     /// the job's queue place until the commit, so the worker takes its next job
     /// while the writer commits (measured: 6.9k → 12k events/s end to end).
-    pub async fn run(self) {
+    pub(crate) async fn run(self) {
         while let Some(lease) = self.queue.take().await {
             let (delivery, known) = match &*lease {
                 Job::Settle(event) => {
@@ -161,18 +107,16 @@ impl Workers {
                         drop(lease);
                     });
                 }
-                Err(e) => match &self.feed {
-                    Feed::Local(timer) => {
+                Err(e) => {
+                    if self.feed.put_back_after(lease.clone(), RETRY_STORE_AFTER) {
                         warn!(delivery = %delivery, error = %e, "could not read or start a delivery; retrying in 5s");
-                        timer.after(lease.clone(), RETRY_STORE_AFTER);
-                    }
-                    // A claimed job carries its task and a failed start is only
-                    // logged, so this does not happen; were it to, the lease would
-                    // keep the delivery until this instance stops.
-                    Feed::Claims(_) => {
+                    } else {
+                        // A claimed job carries its task and a failed start is only
+                        // logged, so this does not happen; were it to, the lease
+                        // would keep the delivery until this instance stops.
                         warn!(delivery = %delivery, error = %e, "could not start a claimed delivery");
                     }
-                },
+                }
             }
         }
     }
@@ -194,9 +138,8 @@ impl Workers {
             return Ok(None); // a duplicate job (recovery and timer both had it)
         }
         // A claimed delivery is due by the database's clock, which decided the claim.
-        if let Feed::Local(timer) = &self.feed {
-            if let Some(due) = task.retry_after.filter(|t| *t > Timestamp::now()) {
-                timer.at(job_of(&task), due);
+        if let Some(due) = task.retry_after.filter(|t| *t > Timestamp::now()) {
+            if self.feed.hold_until(job_of(&task), due) {
                 return Ok(None);
             }
         }
@@ -265,13 +208,11 @@ impl Workers {
             () = tokio::time::sleep(MARK_PROCESSING_AFTER) => {}
         }
         if let Err(e) = self.store.start(task.delivery_id, task.event_id).await {
-            match self.feed {
-                Feed::Local(_) => return Err(e),
-                // Only the event's shown status waits for this; the claim holds.
-                Feed::Claims(_) => {
-                    debug!(delivery = %task.delivery_id, error = %e, "could not mark the event processing")
-                }
+            if !self.feed.runs_unmarked() {
+                return Err(e);
             }
+            // Only the event's shown status waits for this; the claim holds.
+            debug!(delivery = %task.delivery_id, error = %e, "could not mark the event processing")
         }
         Ok(run.await)
     }
@@ -279,24 +220,15 @@ impl Workers {
     /// Commits an outcome, then schedules its retry or lets the next delivery of
     /// its ordering key go.
     async fn record(&self, outcome: Outcome) {
-        let timer = match &self.feed {
-            Feed::Local(timer) => timer,
-            Feed::Claims(claims) => {
-                self.commit(&outcome.finish).await;
-                // The claim loop learnt of due times when it last claimed; tell it
-                // of this retry's, or it waits for its fallback poll.
-                if let Some(after) = outcome.retry {
-                    claims.wake_after(after);
-                }
-                return;
-            }
-        };
-        if !self.commit(&outcome.finish).await {
+        let committed = self.commit(&outcome.finish).await;
+        let retry = outcome
+            .retry
+            .map(|after| (job_of_finish(&outcome.finish), after));
+        self.feed.after_commit(committed, retry);
+        if !committed {
             return;
         }
-        if let Some(after) = outcome.retry {
-            timer.after(job_of_finish(&outcome.finish), after);
-        }
+        // Only one instance has a gate (SQLite): the claim query orders claims.
         if let (true, Some(gate), Some((handler, value))) = (
             outcome.finish.status.is_terminal(),
             &self.gate,
@@ -372,7 +304,7 @@ fn outcome(
 const RETRY_STORE_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How long an attempt runs before its delivery is marked `processing`.
-pub const MARK_PROCESSING_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
+pub(crate) const MARK_PROCESSING_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
 
 fn job_of(task: &DeliveryTask) -> Job {
     Job::deliver(task.delivery_id, task.event_id)

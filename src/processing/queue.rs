@@ -6,25 +6,7 @@
 //! soft: [`push`](Queue::push) always succeeds — a committed event is never dropped —
 //! and intake consults [`LoadSignal`] *before* it commits, answering 429 while the
 //! depth is at `QUEUE_MAXSIZE`. Startup recovery pushes everything unfinished,
-//! whatever the bound.
-//!
-//! ```
-//! use hookbox::queue::Queue;
-//! use hookbox::layers::backpressure::LoadSignal;
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() {
-//! let q = Queue::new(2);
-//! q.push("a");
-//! q.push("b");
-//! assert!(q.overloaded().is_some());
-//! let lease = q.take().await.expect("open");
-//! assert_eq!(*lease, "a");
-//! assert_eq!(q.depth(), 2, "a running job still counts");
-//! drop(lease);
-//! assert_eq!(q.depth(), 1);
-//! # }
-//! ```
+//! whatever the bound. (`tests::a_running_job_still_counts` shows it.)
 
 use std::collections::VecDeque;
 use std::ops::Deref;
@@ -37,7 +19,7 @@ use tokio::sync::Notify;
 use crate::layers::backpressure::LoadSignal;
 
 /// A multi-producer, multi-consumer FIFO with a depth signal.
-pub struct Queue<T> {
+pub(crate) struct Queue<T> {
     jobs: Mutex<Jobs<T>>,
     ready: Notify,
     /// Notified when a job's place is given back (a [`Lease`] dropped).
@@ -53,7 +35,7 @@ struct Jobs<T> {
 
 impl<T> Queue<T> {
     /// A queue that reports overload at `capacity` jobs.
-    pub fn new(capacity: usize) -> Arc<Self> {
+    pub(crate) fn new(capacity: usize) -> Arc<Self> {
         Arc::new(Self {
             jobs: Mutex::new(Jobs {
                 items: VecDeque::new(),
@@ -71,14 +53,14 @@ impl<T> Queue<T> {
     }
 
     /// Appends a job, whatever the depth.
-    pub fn push(&self, job: T) {
+    pub(crate) fn push(&self, job: T) {
         self.depth.fetch_add(1, Ordering::Relaxed);
         self.lock().items.push_back(job);
         self.ready.notify_one();
     }
 
     /// Appends many jobs at once.
-    pub fn extend(&self, jobs: impl IntoIterator<Item = T>) {
+    pub(crate) fn extend(&self, jobs: impl IntoIterator<Item = T>) {
         let mut guard = self.lock();
         let before = guard.items.len();
         guard.items.extend(jobs);
@@ -94,7 +76,7 @@ impl<T> Queue<T> {
     }
 
     /// Waits for the next job; `None` once the queue is closed (shutdown).
-    pub async fn take(self: &Arc<Self>) -> Option<Lease<T>> {
+    pub(crate) async fn take(self: &Arc<Self>) -> Option<Lease<T>> {
         loop {
             let notified = self.ready.notified();
             {
@@ -117,24 +99,24 @@ impl<T> Queue<T> {
     }
 
     /// Stops handing out jobs (shutdown); waiting workers get `None`.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.lock().closed = true;
         self.ready.notify_waiters();
     }
 
     /// Jobs queued or running.
-    pub fn depth(&self) -> usize {
+    pub(crate) fn depth(&self) -> usize {
         self.depth.load(Ordering::Relaxed)
     }
 
     /// The bound at which intake is refused.
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.capacity
     }
 
     /// Waits until at most `n` jobs are queued or running (for a single task that
     /// refills the queue, such as the PostgreSQL claimer).
-    pub async fn wait_depth_at_most(&self, n: usize) {
+    pub(crate) async fn wait_depth_at_most(&self, n: usize) {
         loop {
             let freed = self.freed.notified();
             if self.depth() <= n {
@@ -152,7 +134,7 @@ impl<T: Send + 'static> LoadSignal for Queue<T> {
 }
 
 /// A job taken from the queue; its place is given back when this is dropped.
-pub struct Lease<T> {
+pub(crate) struct Lease<T> {
     job: T,
     queue: Arc<Queue<T>>,
 }
@@ -175,6 +157,20 @@ impl<T> Drop for Lease<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The module docs' example (a doc test while the queue was public).
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_running_job_still_counts() {
+        let q = Queue::new(2);
+        q.push("a");
+        q.push("b");
+        assert!(q.overloaded().is_some());
+        let lease = q.take().await.expect("open");
+        assert_eq!(*lease, "a");
+        assert_eq!(q.depth(), 2, "a running job still counts");
+        drop(lease);
+        assert_eq!(q.depth(), 1);
+    }
 
     /// Jobs pushed with `extend` while workers take and finish them at once: the
     /// depth must never read more than what was ever pushed (a wrap below zero
