@@ -55,6 +55,21 @@ impl Locator {
         ))
     }
 
+    /// Where it looks, for an error's detail ("the X-GitHub-Event header").
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Header(name) => format!("the {name} header"),
+            Self::Pointer(p) => format!("the body's {p}"),
+            Self::BodyHash => "the body's SHA-256".to_owned(),
+            Self::WhenPresent { pointer, .. } => format!("the body's {pointer}"),
+            Self::FirstOf(all) => all
+                .iter()
+                .map(Self::describe)
+                .collect::<Vec<_>>()
+                .join(", or "),
+        }
+    }
+
     /// The value, if the request has it (non-empty).
     pub fn read(&self, headers: &HeaderMap, body: &Value, raw: &[u8]) -> Option<String> {
         let found = match self {
