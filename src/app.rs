@@ -332,10 +332,9 @@ impl App {
         let http = {
             let stop = stop_http.clone();
             let app = crate::api::router(state.clone());
+            let limits = crate::server::Limits::new(config.max_connections as usize);
             tokio::spawn(async move {
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(stop.cancelled_owned())
-                    .await
+                crate::server::serve(listener, app, limits, stop.cancelled_owned()).await
             })
         };
         run_workers(&config, &state, processing, http, stop_http, shutdown).await

@@ -68,6 +68,7 @@ pub const SETTINGS: &[(&str, Option<&str>)] = &[
     ("ALLOWED_TARGETS", None),
     ("METRICS_PUBLIC", Some("true")),
     ("LEASE_TIMEOUT", Some("60s")),
+    ("MAX_CONNECTIONS", Some("10000")),
     ("LOG_LEVEL", Some("info")),
     ("LOG_FORMAT", Some("pretty")),
 ];
@@ -190,6 +191,8 @@ pub struct Config {
     pub metrics_public: bool,
     /// PostgreSQL lease length.
     pub lease_timeout: Duration,
+    /// Open client connections at most; more wait to be accepted.
+    pub max_connections: u32,
     /// tracing filter directive.
     pub log_level: String,
     /// Log line format.
@@ -273,6 +276,7 @@ impl Config {
             allowed_targets: s.cidrs("ALLOWED_TARGETS")?,
             metrics_public: s.boolean("METRICS_PUBLIC")?,
             lease_timeout: s.nonzero_duration("LEASE_TIMEOUT")?,
+            max_connections: s.positive("MAX_CONNECTIONS")?,
             log_level: s.log_filter("LOG_LEVEL")?,
             log_format: s.choice(
                 "LOG_FORMAT",
@@ -602,6 +606,17 @@ mod tests {
         ] {
             let err = Config::from_pairs([(name, bad)]).expect_err(name);
             assert!(err.to_string().contains(name), "{err}");
+        }
+    }
+
+    #[test]
+    fn max_connections_is_a_whole_number_above_0() {
+        assert_eq!(Config::default().max_connections, 10_000);
+        let c = Config::from_pairs([("MAX_CONNECTIONS", "2")]).expect("valid");
+        assert_eq!(c.max_connections, 2);
+        for bad in ["0", "x", "-1", "4294967296"] {
+            let err = Config::from_pairs([("MAX_CONNECTIONS", bad)]).expect_err(bad);
+            assert!(err.to_string().contains("MAX_CONNECTIONS"), "{err}");
         }
     }
 

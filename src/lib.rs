@@ -15,7 +15,8 @@
 //!   instances share;
 //! - [`queue`], [`registry`], [`worker`]: the processing side; [`dispatch`] and
 //!   [`claims`]: how work reaches the workers on each backend;
-//! - [`app::serve`]: the whole service.
+//! - [`app::serve`]: the whole service; [`server`]: its HTTP front door (timeouts,
+//!   header size, connection limit).
 //!
 //! ```no_run
 //! use hookbox::{app, config::Config, registry::Registry};
@@ -36,6 +37,8 @@ pub mod app;
 pub mod claims;
 pub mod config;
 pub mod dispatch;
+pub mod inbox;
+pub mod json;
 pub mod layers;
 pub mod model;
 pub mod ordering;
@@ -43,6 +46,7 @@ pub mod queue;
 pub mod registry;
 pub mod retention;
 pub mod retry;
+pub mod server;
 pub mod signing;
 pub mod sources;
 pub mod ssrf;

@@ -1,6 +1,7 @@
 //! The `hookbox` binary: a thin CLI over the library.
 //!
-//! Exit codes: 0 done, 1 failure at run time (or a failed check), 2 bad configuration.
+//! Exit codes: 0 done, 1 failure at run time (or a failed check), 2 bad configuration
+//! (including a SQLite file that another hookbox process already serves).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -110,8 +111,17 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("hookbox: {e:#}");
-            ExitCode::FAILURE
+            ExitCode::from(exit_code(&e))
         }
+    }
+}
+
+/// 2 for the run-time errors that are the configuration's fault (SPEC §1), else 1.
+fn exit_code(e: &anyhow::Error) -> u8 {
+    use hookbox::{app::AppError, store::StoreError};
+    match e.downcast_ref::<AppError>() {
+        Some(AppError::Store(StoreError::InUse { .. }) | AppError::UnsupportedDatabase(_)) => 2,
+        _ => 1,
     }
 }
 

@@ -18,9 +18,9 @@ use serde_json::json;
 use crate::api::problem::Problem;
 use crate::api::status::{page_limit, parse_id};
 use crate::app::AppState;
+use crate::inbox;
 use crate::model::Timestamp;
 use crate::store::{PendingDelivery, ReplayFilter};
-use crate::worker::Job;
 
 /// `GET /dead-letters?limit=&cursor=`.
 pub async fn list(
@@ -45,21 +45,11 @@ pub async fn list(
     Ok(Json(page).into_response())
 }
 
-/// Queues replayed deliveries (ordered ones take their place in line first).
-fn enqueue(app: &AppState, replayed: &[PendingDelivery]) {
-    if let Some(gate) = &app.gate {
-        for d in replayed {
-            if let Some(value) = &d.ordering_value {
-                gate.register(&d.handler, value, d.delivery);
-            }
-        }
-    }
-    app.dispatch.submit(
-        replayed
-            .iter()
-            .map(|d| Job::deliver(d.delivery, d.event))
-            .collect(),
-    );
+/// Replays through the inbox (the deliveries are queued even if the client hangs up).
+async fn replay(app: &AppState, filter: ReplayFilter) -> Result<Vec<PendingDelivery>, Problem> {
+    inbox::replay(app, filter)
+        .await
+        .map_err(|e| Problem::unavailable(e.to_string()))
 }
 
 /// `POST /webhooks/{id}/replay` → 202 with the event.
@@ -72,11 +62,7 @@ pub async fn replay_event(
         event: Some(id),
         ..ReplayFilter::default()
     };
-    let replayed = app
-        .store
-        .replay(filter)
-        .await
-        .map_err(|e| Problem::unavailable(e.to_string()))?;
+    let replayed = replay(&app, filter).await?;
     let event = app
         .store
         .event(id)
@@ -91,7 +77,6 @@ pub async fn replay_event(
             )),
         );
     }
-    enqueue(&app, &replayed);
     Ok((StatusCode::ACCEPTED, Json(event)).into_response())
 }
 
@@ -128,11 +113,6 @@ pub async fn replay_bulk(State(app): State<AppState>, body: Bytes) -> Result<Res
         handler: req.handler,
         before,
     };
-    let replayed = app
-        .store
-        .replay(filter)
-        .await
-        .map_err(|e| Problem::unavailable(e.to_string()))?;
-    enqueue(&app, &replayed);
+    let replayed = replay(&app, filter).await?;
     Ok(Json(json!({ "replayed": replayed.len() })).into_response())
 }

@@ -2,33 +2,60 @@
 //!
 //! Parsing happens once: the idempotency layer's store ([`EventsIdempotency`]) parses
 //! the body to learn the key and fingerprint and leaves the [`ParsedIntake`] in the
-//! request's extensions for [`intake`].
+//! request's extensions for [`intake`]. The body goes straight to the payload's
+//! canonical text ([`crate::json`]), with no tree of values: numbers are kept digit
+//! for digit, and an object with a key twice is a 400 `invalid_body`.
+//!
+//! Besides SPEC §2's table:
+//!
+//! | case | answer |
+//! |---|---|
+//! | the body has not fully arrived [`body_read_timeout`] (30 s) after the headers | 408 `request_timeout`, connection closed |
+//! | an idempotency key (from the body) containing NUL | 422 `invalid_idempotency_key` |
+//! | a routed handler's ordering value (its `ordering_key` pointer into the payload) is a string containing NUL | 422 `invalid_ordering_value` |
+//!
+//! NUL is refused because PostgreSQL cannot store it in text; SQLite could, but both
+//! backends answer alike. The commit and the hand-off to processing go through
+//! [`crate::inbox`], so they complete even when the client hangs up.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tower::BoxError;
 use uuid::Uuid;
 
 use crate::api::problem::{Problem, ProblemCode};
 use crate::app::AppState;
+use crate::inbox;
+use crate::json;
 use crate::layers::idempotency::{
     self, Begin, BoxFuture, CachedResponse, IdempotencyStore, Identity,
 };
-use crate::model::{NewEvent, Timestamp, hex};
+use crate::model::{NewDelivery, NewEvent, Timestamp, hex};
 use crate::registry::is_event_type_byte;
 use crate::store::{EventSummary, Inserted, Store};
 use crate::telemetry::names;
-use crate::worker::Job;
 
 /// Longest event type and idempotency key, in bytes.
 pub const MAX_NAME_BYTES: usize = 255;
+
+/// How long intake waits for a request's whole body before it answers 408
+/// `request_timeout`: [`idempotency::BODY_READ_TIMEOUT`] (30 s), or the milliseconds
+/// in `HOOKBOX_BODY_READ_TIMEOUT_MS` — not a documented setting: it is there so
+/// that tests need not wait 30 s.
+pub fn body_read_timeout() -> Duration {
+    std::env::var("HOOKBOX_BODY_READ_TIMEOUT_MS")
+        .ok()
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map_or(idempotency::BODY_READ_TIMEOUT, Duration::from_millis)
+}
 
 /// A validated intake request.
 #[derive(Debug, Clone)]
@@ -37,9 +64,8 @@ pub struct ParsedIntake {
     pub key: Option<String>,
     /// Validated event type.
     pub event_type: String,
-    /// The payload value.
-    pub payload: Value,
-    /// Its canonical JSON text (object keys sorted), which is what is stored.
+    /// The payload's canonical JSON text ([`crate::json`]: keys sorted, numbers as
+    /// sent), which is what is stored and delivered.
     pub canonical: String,
     /// Hex SHA-256 of `canonical`.
     pub payload_sha256: String,
@@ -55,34 +81,45 @@ fn fingerprint(event_type: &str, sha: &str) -> String {
     format!("{event_type}\n{sha}")
 }
 
-/// Validates an intake request: content type, JSON shape, event type, key.
+/// Validates an intake request: content type, JSON shape, event type, key. The body
+/// is read once, straight into the payload's canonical text (no tree of values).
 pub fn parse(headers: &HeaderMap, body: &[u8], require_key: bool) -> Result<ParsedIntake, Problem> {
     check_content_type(headers)?;
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| Problem::invalid_body(format!("the body is not valid JSON: {e}")))?;
-    let Value::Object(mut object) = value else {
-        return Err(Problem::invalid_body("the body must be a JSON object"));
+    let not_json = |e: &dyn std::fmt::Display| {
+        Problem::invalid_body(format!("the body is not valid JSON: {e}"))
     };
-    let event_type = match object.remove("event_type") {
-        Some(Value::String(s)) => s,
-        Some(_) => return Err(Problem::invalid_body("event_type must be a string")),
-        None => return Err(Problem::invalid_body("event_type is required")),
-    };
+    let text = std::str::from_utf8(body).map_err(|e| not_json(&e))?;
+    let members = json::canonical_members(text)
+        .map_err(|e| not_json(&e))?
+        .ok_or_else(|| Problem::invalid_body("the body must be a JSON object"))?;
+    let (mut event_type, mut body_key, mut payload) = (None, None, None);
+    for (name, value) in members {
+        match name.as_str() {
+            "event_type" => event_type = Some(value),
+            "idempotency_key" => body_key = Some(value),
+            "payload" => payload = Some(value),
+            _ => {}
+        }
+    }
+    let event_type = event_type
+        .ok_or_else(|| Problem::invalid_body("event_type is required"))
+        .and_then(|t| {
+            json::string_value(&t)
+                .ok_or_else(|| Problem::invalid_body("event_type must be a string"))
+        })?;
     validate_event_type(&event_type)?;
-    let key = idempotency_key(headers, object.remove("idempotency_key"))?;
+    let key = idempotency_key(headers, body_key.as_deref())?;
     if require_key && key.is_none() {
         return Err(
             Problem::new(StatusCode::BAD_REQUEST, "missing_idempotency_key")
                 .detail("an Idempotency-Key header is required (REQUIRE_IDEMPOTENCY_KEY)"),
         );
     }
-    let payload = object.remove("payload").unwrap_or(Value::Null);
-    let canonical = payload.to_string();
+    let canonical = payload.unwrap_or_else(|| "null".to_owned());
     let payload_sha256 = hex(&Sha256::digest(canonical.as_bytes()));
     Ok(ParsedIntake {
         key,
         event_type,
-        payload,
         canonical,
         payload_sha256,
     })
@@ -127,10 +164,9 @@ pub(crate) fn validate_event_type(t: &str) -> Result<(), Problem> {
     Ok(())
 }
 
-fn idempotency_key(
-    headers: &HeaderMap,
-    body_key: Option<Value>,
-) -> Result<Option<String>, Problem> {
+/// The key from the headers, else from the body's `idempotency_key` (its canonical
+/// JSON text).
+fn idempotency_key(headers: &HeaderMap, body_key: Option<&str>) -> Result<Option<String>, Problem> {
     let invalid = |detail: &str| {
         Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_idempotency_key").detail(detail)
     };
@@ -145,16 +181,40 @@ fn idempotency_key(
         .transpose()?;
     let key = match (from_header, body_key) {
         (Some(k), _) => Some(k),
-        (None, None | Some(Value::Null)) => None,
-        (None, Some(Value::String(k))) => Some(k),
-        (None, Some(_)) => return Err(Problem::invalid_body("idempotency_key must be a string")),
+        (None, None | Some("null")) => None,
+        (None, Some(text)) => Some(
+            json::string_value(text)
+                .ok_or_else(|| Problem::invalid_body("idempotency_key must be a string"))?,
+        ),
     };
     match key {
         Some(k) if k.is_empty() => Err(invalid("the idempotency key must not be empty")),
         Some(k) if k.len() > MAX_NAME_BYTES => {
             Err(invalid("the idempotency key must be at most 255 bytes"))
         }
+        // PostgreSQL refuses NUL in text: refused here, on both backends alike.
+        Some(k) if k.contains('\0') => Err(invalid("the idempotency key must not contain NUL")),
         other => Ok(other),
+    }
+}
+
+/// A delivery whose ordering value holds NUL (which PostgreSQL cannot store) is
+/// refused on both backends: 422 `invalid_ordering_value`.
+fn check_ordering_values(deliveries: &[NewDelivery]) -> Result<(), Problem> {
+    match deliveries.iter().find(|d| {
+        d.ordering_value
+            .as_deref()
+            .is_some_and(|v| v.contains('\0'))
+    }) {
+        None => Ok(()),
+        Some(d) => Err(
+            Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_ordering_value").detail(
+                format!(
+                    "the payload's ordering value for handler {:?} contains NUL",
+                    d.handler
+                ),
+            ),
+        ),
     }
 }
 
@@ -232,17 +292,26 @@ pub async fn count_rejections(res: Response) -> Response {
 /// then [`commit`]s.
 ///
 /// It takes the [`ParsedIntake`] the idempotency layer left in the request's
-/// extensions (moved out, not copied: it holds the payload twice); without that
-/// layer in front it reads and parses the body itself.
+/// extensions (moved out, not copied); without that layer in front it reads and
+/// parses the body itself.
 pub async fn intake(
     State(app): State<AppState>,
     request: axum::extract::Request,
 ) -> Result<Response, Problem> {
     let (mut parts, body) = request.into_parts();
     let parsed = match parts.extensions.remove::<ParsedIntake>() {
-        Some(p) => p,
+        Some(p) => {
+            drop(body); // the raw bytes are not needed any more
+            p
+        }
         None => {
-            let body = idempotency::buffer(&parts.headers, body, app.max_body_bytes).await?;
+            let body = idempotency::buffer(
+                &parts.headers,
+                body,
+                app.max_body_bytes,
+                body_read_timeout(),
+            )
+            .await?;
             parse(&parts.headers, &body, app.require_idempotency_key)?
         }
     };
@@ -285,27 +354,8 @@ pub async fn commit(
     }
     let id = Uuid::now_v7();
     let registry = app.registry.current();
-    let deliveries = registry.deliveries(&parsed.event_type, &parsed.payload);
-    let ordered: Vec<(String, String, Uuid)> = deliveries
-        .iter()
-        .filter_map(|d| Some((d.handler.clone(), d.ordering_value.clone()?, d.id)))
-        .collect();
-    // Ordered deliveries take their place in line before the commit (see ordering.rs).
-    if let Some(gate) = &app.gate {
-        for (handler, value, delivery) in &ordered {
-            gate.register(handler, value, *delivery);
-        }
-    }
-    let forget = || {
-        let Some(gate) = &app.gate else { return };
-        let released: Vec<Job> = ordered
-            .iter()
-            .filter_map(|(handler, value, delivery)| gate.finished(handler, value, *delivery))
-            .collect();
-        if !released.is_empty() {
-            app.dispatch.submit(released);
-        }
-    };
+    let deliveries = registry.deliveries(&parsed.event_type, &parsed.canonical);
+    check_ordering_values(&deliveries)?;
     let asked = parsed.fingerprint();
     let event = NewEvent {
         id,
@@ -317,8 +367,9 @@ pub async fn commit(
         source,
         deliveries,
     };
-    let jobs = Job::for_new_event(&event);
-    let stored = match app.store.insert_event(event).await {
+    let unrouted = event.deliveries.is_empty();
+    // The commit and the hand-off to processing run on even if the client hangs up.
+    let stored = match inbox::accept(&app, event).await {
         Ok(Inserted {
             event,
             created: true,
@@ -326,12 +377,8 @@ pub async fn commit(
         Ok(Inserted {
             event,
             created: false,
-        }) => {
-            forget();
-            return duplicate(&event, &asked);
-        }
+        }) => return duplicate(&event, &asked),
         Err(e) => {
-            forget();
             return Err(Problem::unavailable(format!(
                 "the event was not stored: {e}"
             )));
@@ -339,10 +386,9 @@ pub async fn commit(
     };
     let label = registry.event_type_label(&stored.event_type);
     metrics::counter!(names::EVENTS_RECEIVED, "event_type" => label).increment(1);
-    if jobs.first().is_some_and(|j| matches!(j, Job::Unrouted(_))) {
+    if unrouted {
         metrics::counter!(names::EVENTS_UNROUTED).increment(1);
     }
-    app.dispatch.submit(jobs);
     Ok(accepted(StatusCode::ACCEPTED, &stored))
 }
 

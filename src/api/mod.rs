@@ -38,7 +38,8 @@ pub fn router(app: AppState) -> Router {
             require_key: app.require_idempotency_key,
         },
         app.max_body_bytes,
-    );
+    )
+    .body_timeout(intake::body_read_timeout());
     let intake = post(intake::intake)
         .route_layer(idempotency)
         .route_layer(DefaultBodyLimit::max(app.max_body_bytes))

@@ -3,6 +3,9 @@
 //! whether one is set; a URL's embedded credentials (`https://user:pass@…`) are
 //! kept for delivery but never shown.
 
+use std::future::Future;
+use std::sync::Arc;
+
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -13,9 +16,11 @@ use serde_json::json;
 
 use crate::api::problem::Problem;
 use crate::app::AppState;
+use crate::inbox::{self, InboxError};
 use crate::model::{Subscriber, Timestamp};
 use crate::registry::kinds::http::display_url;
 use crate::registry::live::SubscriberError;
+use crate::store::{Store, StoreError};
 
 /// The body of `POST /subscribers`.
 #[derive(Debug, Deserialize)]
@@ -96,10 +101,18 @@ fn unavailable(e: impl std::fmt::Display) -> Problem {
     Problem::unavailable(e.to_string())
 }
 
-/// Re-reads the subscribers into the live registry.
-async fn reload(app: &AppState) -> Result<(), Problem> {
-    let all = app.store.subscribers().await.map_err(unavailable)?;
-    app.registry.reload(&all).map_err(|e| Problem::internal(&e))
+/// Runs a change to the stored subscribers through the inbox, which reloads the
+/// routing table after the commit even if the client hangs up.
+async fn change<F>(app: &AppState, write: impl FnOnce(Arc<dyn Store>) -> F) -> Result<bool, Problem>
+where
+    F: Future<Output = Result<bool, StoreError>> + Send + 'static,
+{
+    inbox::change_subscribers(app, write)
+        .await
+        .map_err(|e| match e {
+            InboxError::Store(e) => unavailable(e),
+            other => Problem::internal(&other),
+        })
 }
 
 /// `POST /subscribers` → 201.
@@ -122,15 +135,14 @@ pub async fn create(State(app): State<AppState>, body: Bytes) -> Result<Response
     if app.registry.is_manifest(&s.name) {
         return Err(taken(&s.name));
     }
-    if !app
-        .store
-        .insert_subscriber(s.clone())
-        .await
-        .map_err(unavailable)?
+    let stored = s.clone();
+    if !change(&app, |store| async move {
+        store.insert_subscriber(stored).await
+    })
+    .await?
     {
         return Err(taken(&s.name));
     }
-    reload(&app).await?;
     let mut res = (StatusCode::CREATED, Json(view(&s))).into_response();
     if let Ok(loc) = http::HeaderValue::from_str(&format!("/subscribers/{}", s.name)) {
         res.headers_mut().insert(http::header::LOCATION, loc);
@@ -191,15 +203,14 @@ pub async fn patch(
     }
     s.updated_at = Timestamp::now();
     app.registry.route_of(&s).map_err(|e| rejected(&e))?;
-    if !app
-        .store
-        .update_subscriber(s.clone())
-        .await
-        .map_err(unavailable)?
+    let stored = s.clone();
+    if !change(&app, |store| async move {
+        store.update_subscriber(stored).await
+    })
+    .await?
     {
         return Err(Problem::not_found("subscriber"));
     }
-    reload(&app).await?;
     Ok(Json(view(&s)).into_response())
 }
 
@@ -209,14 +220,13 @@ pub async fn delete(
     State(app): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, Problem> {
-    if !app
-        .store
-        .delete_subscriber(&name)
-        .await
-        .map_err(unavailable)?
+    let deleted = name.clone();
+    if !change(&app, |store| async move {
+        store.delete_subscriber(&deleted).await
+    })
+    .await?
     {
         return Err(Problem::not_found("subscriber"));
     }
-    reload(&app).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

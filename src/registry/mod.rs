@@ -35,7 +35,6 @@ use std::time::Duration;
 pub use handler::{BoxHandler, Event, HandlerError, handler_fn};
 pub use pattern::{Pattern, PatternError, is_event_type_byte};
 
-use serde_json::Value;
 use uuid::Uuid;
 
 use crate::model::NewDelivery;
@@ -165,8 +164,10 @@ impl Registry {
         widest.map_or_else(|| "other".to_owned(), |prefix| format!("{prefix}*"))
     }
 
-    /// One new delivery per matching handler, with its ordering value.
-    pub fn deliveries(&self, event_type: &str, payload: &Value) -> Vec<NewDelivery> {
+    /// One new delivery per matching handler, with its ordering value, for a
+    /// payload given as JSON text (intake's canonical text). The ordering pointer
+    /// is resolved on the text, only for routes that have one.
+    pub fn deliveries(&self, event_type: &str, payload: &str) -> Vec<NewDelivery> {
         self.routes
             .iter()
             .filter(|r| r.matches(event_type))
@@ -176,7 +177,7 @@ impl Registry {
                 ordering_value: r
                     .ordering_key
                     .as_deref()
-                    .and_then(|ptr| payload.pointer(ptr))
+                    .and_then(|ptr| crate::json::pointer(payload, ptr))
                     .map(ordering_text),
             })
             .collect()
@@ -299,12 +300,15 @@ pub(crate) fn check_ordering_key(key: Option<&str>) -> Result<(), (&'static str,
     }
 }
 
-/// The text form of an ordering key value: strings as they are, others as JSON.
-fn ordering_text(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
+/// The text form of an ordering key value (JSON text): strings as they are, others
+/// as their (canonical) JSON text, numbers digit for digit.
+fn ordering_text(v: &str) -> String {
+    if v.starts_with('"') {
+        if let Some(s) = crate::json::string_value(v) {
+            return s;
+        }
     }
+    v.to_owned()
 }
 
 #[cfg(test)]
@@ -324,13 +328,13 @@ mod tests {
             .build()
             .expect("valid");
         r.routes[0].ordering_key = Some("/customer/id".into());
-        let payload = serde_json::json!({"customer": {"id": 42}});
-        let d = r.deliveries("invoice.paid", &payload);
+        let payload = r#"{"customer":{"id":42}}"#;
+        let d = r.deliveries("invoice.paid", payload);
         let names: Vec<&str> = d.iter().map(|d| d.handler.as_str()).collect();
         assert_eq!(names, ["invoice.*", "all"]);
         assert_eq!(d[0].ordering_value.as_deref(), Some("42"));
         assert_eq!(d[1].ordering_value, None);
-        assert_eq!(r.deliveries("order.created", &payload).len(), 2);
+        assert_eq!(r.deliveries("order.created", payload).len(), 2);
         assert!(!r.is_routed("") || r.is_routed("x"));
     }
 

@@ -40,6 +40,18 @@ pub enum StoreError {
     /// A stored value that does not parse (a corrupt or foreign row).
     #[error("corrupt row: {0}")]
     Corrupt(String),
+    /// Another process already serves this SQLite file (it holds its lock file).
+    #[error(
+        "{} is already in use by another hookbox process (it holds {}); stop that one first, or give this one another database file",
+        database.display(),
+        lock.display()
+    )]
+    InUse {
+        /// The database file.
+        database: std::path::PathBuf,
+        /// The lock file next to it.
+        lock: std::path::PathBuf,
+    },
 }
 
 /// The short form of an event that intake answers with.

@@ -46,6 +46,7 @@ fn a_bad_value_exits_2_naming_the_setting() {
         ("LOG_FORMAT", "xml"),
         ("METRICS_PUBLIC", "perhaps"),
         ("ALLOWED_TARGETS", "10.0.0.0/40"),
+        ("DATABASE_URL", "mysql://db/events"),
     ] {
         let (code, stderr) = run_with(&[(name, value)], dir.path());
         assert_eq!(code, Some(2), "{name}={value}: {stderr}");

@@ -306,3 +306,212 @@ fn a_burst_of_new_and_taken_keys_gets_one_answer_each(db: &Db) {
     assert_eq!(list["items"].as_array().expect("items").len(), 50);
 }
 }
+
+// ---------------------------------------------------------------------------
+// Hardening: exact numbers, duplicate keys, NUL, slow bodies, memory
+// ---------------------------------------------------------------------------
+
+/// A payload whose numbers f64 cannot hold, sent with its keys out of order.
+const EXACT_BODY: &str = r#"{"event_type": "num.check", "payload": {"small": 0.1000000000000000000001, "big": 12345678901234567890123, "neg": -0, "exp": 1E+2, "list": [1.50, 2.0, 18446744073709551616]}}"#;
+
+/// Its canonical text: keys sorted, every number digit for digit.
+const EXACT_CANONICAL: &str = r#"{"big":12345678901234567890123,"exp":1E+2,"list":[1.50,2.0,18446744073709551616],"neg":-0,"small":0.1000000000000000000001}"#;
+
+on_both_backends! {
+fn payload_numbers_reach_receivers_and_exec_children_as_sent(db: &Db) {
+    let rx = crate::receiver::Receiver::start();
+    let dir = crate::harness::new_dir();
+    let out = dir.path().join("stdin.json");
+    let s = crate::harness::script(dir.path(), "save.sh", &format!("cat > {}", out.display()));
+    crate::harness::exec_manifest(dir.path(), "saver", r#"["num.*"]"#, &s, "");
+    crate::harness::http_manifest(dir.path(), "poster", r#"["num.*"]"#, &rx.url, "", "");
+    let hb = Hookbox::restart(dir, &db.env(&[("ALLOWED_TARGETS", "127.0.0.0/8")]));
+    let r = hb.post_raw("/webhooks", EXACT_BODY, "application/json", &[("Idempotency-Key", "exact")]);
+    assert_eq!(r.status, 202, "{}", r.text);
+    hb.wait_status(r.json()["id"].as_str().expect("id"), "completed", Duration::from_secs(20));
+    let stdin = std::fs::read_to_string(&out).expect("the exec child's stdin");
+    assert_eq!(stdin, EXACT_CANONICAL);
+    let received = rx.wait_for(1, Duration::from_secs(10));
+    let body = String::from_utf8(received[0].body.to_vec()).expect("utf-8");
+    assert!(
+        body.contains(&format!("\"payload\":{EXACT_CANONICAL}")),
+        "the receiver got {body}"
+    );
+    // The same numbers in another layout are the same payload…
+    let again = hb.post_raw(
+        "/webhooks",
+        &format!(r#"{{"payload":{EXACT_CANONICAL},"event_type":"num.check"}}"#),
+        "application/json",
+        &[("Idempotency-Key", "exact")],
+    );
+    assert_eq!(again.status, 200, "{}", again.text);
+    // …and a number f64 would round to the same value is another one.
+    let rounded = EXACT_BODY.replace("0.1000000000000000000001", "0.1000000000000000000002");
+    hb.post_raw("/webhooks", &rounded, "application/json", &[("Idempotency-Key", "exact")])
+        .assert_problem(422, "idempotency_key_reused");
+}
+}
+
+#[test]
+fn an_object_with_a_key_twice_is_400_invalid_body() {
+    let hb = Hookbox::start(&[]);
+    for body in [
+        r#"{"event_type": "t", "event_type": "u"}"#,
+        r#"{"event_type": "t", "payload": {"a": 1, "a": 2}}"#,
+        r#"{"event_type": "t", "payload": [{"a": {"b": 1, "\u0062": 1}}]}"#,
+        r#"{"event_type": "t", "payload": 1, "x": {"k": 1, "k": 1}}"#,
+    ] {
+        let r = hb.post_raw("/webhooks", body, "application/json", &[]);
+        r.assert_problem(400, "invalid_body");
+        assert!(
+            r.json()["detail"]
+                .as_str()
+                .expect("detail")
+                .contains("twice"),
+            "{}",
+            r.text
+        );
+    }
+    let list = hb.get("/webhooks").expect("list").json();
+    assert_eq!(list["items"], json!([]), "nothing was stored");
+}
+
+on_both_backends! {
+fn nul_in_a_key_or_an_ordering_value_is_a_clear_422(db: &Db) {
+    let dir = crate::harness::new_dir();
+    crate::harness::write(
+        dir.path(),
+        "handlers/ordered.toml",
+        "event_types = [\"nul.*\"]\nkind = \"log\"\nordering_key = \"/customer\"\n",
+    );
+    let hb = Hookbox::restart(dir, &db.env(&[]));
+    let keyed = r#"{"event_type": "nul.key", "idempotency_key": "a\u0000b", "payload": {}}"#;
+    hb.post_raw("/webhooks", keyed, "application/json", &[])
+        .assert_problem(422, "invalid_idempotency_key");
+    let ordered = r#"{"event_type": "nul.order", "payload": {"customer": "c\u0000"}}"#;
+    for _ in 0..2 {
+        // Not a retryable 503: the same answer every time.
+        hb.post_raw("/webhooks", ordered, "application/json", &[("Idempotency-Key", "nul-o")])
+            .assert_problem(422, "invalid_ordering_value");
+    }
+    // A NUL elsewhere in the payload is data like any other, on both backends.
+    let fine = r#"{"event_type": "nul.order", "payload": {"customer": "c", "note": "x\u0000y"}}"#;
+    let r = hb.post_raw("/webhooks", fine, "application/json", &[("Idempotency-Key", "nul-ok")]);
+    assert_eq!(r.status, 202, "{}", r.text);
+    hb.wait_status(r.json()["id"].as_str().expect("id"), "completed", Duration::from_secs(20));
+    // An unrouted event has no ordering value: its payload is not looked into.
+    let unrouted = r#"{"event_type": "other", "payload": {"customer": "c\u0000"}}"#;
+    let r = hb.post_raw("/webhooks", unrouted, "application/json", &[]);
+    assert_eq!(r.status, 202, "{}", r.text);
+}
+}
+
+/// Sends `head` (request line and headers), then `body_part` bytes by bytes every
+/// `pace`, until the server answers; returns the status line and how long it took.
+fn slow_post(
+    hb: &Hookbox,
+    declared: usize,
+    body_part: &[u8],
+    pace: Duration,
+) -> (String, Duration) {
+    use std::io::{Read, Write};
+    let addr = hb.url.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .expect("timeout");
+    let head = format!(
+        "POST /webhooks HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {declared}\r\n\r\n"
+    );
+    let started = std::time::Instant::now();
+    stream.write_all(head.as_bytes()).expect("write");
+    let mut writer = stream.try_clone().expect("clone");
+    let part = body_part.to_vec();
+    std::thread::spawn(move || {
+        for b in part {
+            if writer.write_all(&[b]).is_err() {
+                return;
+            }
+            std::thread::sleep(pace);
+        }
+    });
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !answer.windows(2).any(|w| w == b"\r\n") {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+        }
+    }
+    let text = String::from_utf8_lossy(&answer);
+    (
+        text.lines().next().unwrap_or("").to_owned(),
+        started.elapsed(),
+    )
+}
+
+#[test]
+fn a_stalled_or_trickled_body_is_408_after_the_bound() {
+    let hb = Hookbox::start(&[("HOOKBOX_BODY_READ_TIMEOUT_MS", "1500")]);
+    let body = br#"{"event_type": "slow", "payload": {}}"#;
+    // Headers, a few bytes, then nothing.
+    let (status, took) = slow_post(&hb, body.len(), &body[..5], Duration::ZERO);
+    assert!(
+        status.starts_with("HTTP/1.1 408"),
+        "{status:?} after {took:?}"
+    );
+    assert!(took >= Duration::from_millis(1400), "{took:?}");
+    // A byte every 100 ms: never idle, but the whole body is still too slow.
+    let (status, took) = slow_post(&hb, body.len(), body, Duration::from_millis(100));
+    assert!(
+        status.starts_with("HTTP/1.1 408"),
+        "{status:?} after {took:?}"
+    );
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    // A body that comes in time is taken.
+    let (status, _) = slow_post(&hb, body.len(), body, Duration::from_millis(10));
+    assert!(status.starts_with("HTTP/1.1 202"), "{status:?}");
+    assert_eq!(
+        hb.get("/webhooks").expect("list").json()["items"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+}
+
+/// The peak resident memory of a process so far, in bytes (Linux).
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    kb * 1024
+}
+
+#[test]
+fn megabyte_bodies_of_zeros_cost_little_memory_while_they_wait() {
+    let hb = Hookbox::start(&[]);
+    // Warm up (first request, pools, allocator), then measure the peak's growth.
+    hb.post(&order(0), &[]);
+    let before = peak_rss(hb.pid());
+    let zeros = format!(
+        "{{\"event_type\":\"zeros\",\"payload\":[{}0]}}",
+        "0,".repeat(520_000)
+    );
+    assert!(zeros.len() <= 1_048_576);
+    let body: serde_json::Value = serde_json::from_str(&zeros).expect("json");
+    let posts = vec![(hb.url.clone(), body, None); 8];
+    for (status, answer) in post_all(&posts) {
+        assert_eq!(status, 202, "{answer}");
+    }
+    let grew = peak_rss(hb.pid()).saturating_sub(before);
+    eprintln!(
+        "8 concurrent 1 MB bodies of zeros: peak RSS grew {} MB",
+        grew >> 20
+    );
+    // 8 bodies of 1 MB, each kept raw, canonical and in its queued job: ~24 MB.
+    // A tree of values costs 32 bytes per zero: 16 MB each, 130 MB for 8.
+    assert!(grew < 60 << 20, "peak RSS grew {} MB", grew >> 20);
+}

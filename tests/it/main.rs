@@ -8,6 +8,8 @@
 mod config;
 mod delivery;
 mod durability;
+mod frontdoor;
+mod hangup;
 mod harness;
 mod instances;
 mod intake;

@@ -1,7 +1,9 @@
 //! Idempotency keys for any HTTP tower service, after the IETF
 //! `Idempotency-Key` header draft.
 //!
-//! The layer buffers the request body (bounded: over the limit is a 413), asks its
+//! The layer buffers the request body — bounded in size (over the limit is a 413)
+//! and in time (a body that has not fully arrived after [`BODY_READ_TIMEOUT`], or
+//! what [`IdempotencyLayer::body_timeout`] sets, is a 408) — asks its
 //! [`IdempotencyStore`] who the request is, and then:
 //!
 //! | the store says | the answer |
@@ -49,6 +51,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
@@ -137,10 +140,16 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     ) -> BoxFuture<'_, ()>;
 }
 
+/// How long the layer waits, by default, for a request's whole body (counted from
+/// when its headers arrived) before answering 408: a client that sends headers and
+/// then trickles or stalls its body holds a connection and a buffer only this long.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Wraps services in [`Idempotency`].
 pub struct IdempotencyLayer<St> {
     store: Arc<St>,
     max_body_bytes: usize,
+    body_timeout: Duration,
 }
 
 impl<St> Clone for IdempotencyLayer<St> {
@@ -148,6 +157,7 @@ impl<St> Clone for IdempotencyLayer<St> {
         Self {
             store: self.store.clone(),
             max_body_bytes: self.max_body_bytes,
+            body_timeout: self.body_timeout,
         }
     }
 }
@@ -163,7 +173,15 @@ impl<St: IdempotencyStore> IdempotencyLayer<St> {
         Self {
             store,
             max_body_bytes,
+            body_timeout: BODY_READ_TIMEOUT,
         }
+    }
+
+    /// Answers 408 when a body has not fully arrived `timeout` after its request's
+    /// headers (default [`BODY_READ_TIMEOUT`]).
+    pub fn body_timeout(mut self, timeout: Duration) -> Self {
+        self.body_timeout = timeout;
+        self
     }
 }
 
@@ -175,6 +193,7 @@ impl<S, St> Layer<S> for IdempotencyLayer<St> {
             inner,
             store: self.store.clone(),
             max_body_bytes: self.max_body_bytes,
+            body_timeout: self.body_timeout,
         }
     }
 }
@@ -184,6 +203,7 @@ pub struct Idempotency<S, St> {
     inner: S,
     store: Arc<St>,
     max_body_bytes: usize,
+    body_timeout: Duration,
 }
 
 impl<S: Clone, St> Clone for Idempotency<S, St> {
@@ -192,6 +212,7 @@ impl<S: Clone, St> Clone for Idempotency<S, St> {
             inner: self.inner.clone(),
             store: self.store.clone(),
             max_body_bytes: self.max_body_bytes,
+            body_timeout: self.body_timeout,
         }
     }
 }
@@ -223,12 +244,20 @@ where
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         let store = self.store.clone();
-        let limit = self.max_body_bytes;
+        let (limit, timeout) = (self.max_body_bytes, self.body_timeout);
         Box::pin(async move {
             let (mut parts, body) = req.into_parts();
-            let bytes = match buffer(&parts.headers, body, limit).await {
+            let bytes = match buffer(&parts.headers, body, limit, timeout).await {
                 Ok(bytes) => bytes,
-                Err(problem) => return Ok(problem.into_response()),
+                Err(problem) => {
+                    let mut res = problem.into_response();
+                    if res.status() == StatusCode::REQUEST_TIMEOUT {
+                        // The rest of the body may still come: the connection is done.
+                        res.headers_mut()
+                            .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+                    }
+                    return Ok(res);
+                }
             };
             match store.identify(&mut parts, &bytes) {
                 Identity::Anonymous => call(inner, parts, bytes).await,
@@ -298,8 +327,14 @@ pub fn reused() -> Problem {
         .detail("this idempotency key was already used with a different request")
 }
 
-/// Buffers a request body up to `limit` bytes; over it is a 413 problem.
-pub async fn buffer<B>(headers: &HeaderMap, body: B, limit: usize) -> Result<Bytes, Problem>
+/// Buffers a request body up to `limit` bytes within `timeout`: over the limit is a
+/// 413 problem, too slow a 408 `request_timeout`.
+pub async fn buffer<B>(
+    headers: &HeaderMap,
+    body: B,
+    limit: usize,
+    timeout: Duration,
+) -> Result<Bytes, Problem>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
@@ -315,17 +350,24 @@ where
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    axum::body::to_bytes(Body::new(body), limit)
-        .await
-        .map_err(|e| {
-            let length_limit = std::error::Error::source(&e)
-                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-            if length_limit {
-                too_large()
-            } else {
-                Problem::invalid_body(format!("could not read the request body: {e}"))
-            }
-        })
+    let read = axum::body::to_bytes(Body::new(body), limit);
+    let Ok(read) = tokio::time::timeout(timeout, read).await else {
+        return Err(
+            Problem::new(StatusCode::REQUEST_TIMEOUT, "request_timeout").detail(format!(
+                "the request body did not arrive within {} ms",
+                timeout.as_millis()
+            )),
+        );
+    };
+    read.map_err(|e| {
+        let length_limit = std::error::Error::source(&e)
+            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+        if length_limit {
+            too_large()
+        } else {
+            Problem::invalid_body(format!("could not read the request body: {e}"))
+        }
+    })
 }
 
 /// Buffers a response so it can be both sent and stored. 5xx answers and oversized

@@ -3,15 +3,26 @@
 //! PRAGMAs are set on [`SqliteConnectOptions`], so every connection gets them:
 //! WAL, `synchronous` FULL (default) or NORMAL, `busy_timeout`, `foreign_keys`.
 //! With group commit one fsync covers a whole batch, which is why FULL costs little.
+//!
+//! One process per file: [`SqliteStore::open`] takes an exclusive `flock` on
+//! `<file>.lock` next to the database and holds it while the writer task runs, so a
+//! second hookbox on the same file (which would load the same unfinished deliveries
+//! and run each of them twice) stops with [`StoreError::InUse`]. A separate lock file,
+//! because SQLite's own locks on the database are POSIX locks, which closing any
+//! descriptor of the file would drop; the kernel releases the `flock` when the
+//! process ends, however it ends.
 
 mod rows;
 mod writer;
 
-use std::path::Path;
+use std::fs::File;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
@@ -52,6 +63,7 @@ impl SqliteStore {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| StoreError::Database(sqlx::Error::Io(e)))?;
         }
+        let lock = lock(path)?;
         let base = SqliteConnectOptions::new()
             .filename(path)
             .busy_timeout(Duration::from_secs(5))
@@ -82,7 +94,10 @@ impl SqliteStore {
             .connect_with(base.read_only(true))
             .await?;
         let (writes, rx) = mpsc::channel(WRITE_BACKLOG);
-        tokio::spawn(writer::run(conn, rx));
+        tokio::spawn(async move {
+            writer::run(conn, rx).await;
+            drop(lock);
+        });
         Ok(Self {
             read,
             writes,
@@ -133,6 +148,37 @@ impl SqliteStore {
         rows::attach_deliveries(&self.read, &mut views).await?;
         Ok(views.pop())
     }
+}
+
+/// The lock file of the database at `path`: `<path>.lock`.
+pub fn lock_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
+/// Takes the exclusive lock on the database at `path` without waiting: held while
+/// the returned value lives (or the process does).
+fn lock(path: &Path) -> Result<Flock<File>, StoreError> {
+    let lock = lock_path(path);
+    let io = |e: std::io::Error| {
+        let message = format!("cannot lock {}: {e}", lock.display());
+        StoreError::Database(sqlx::Error::Io(std::io::Error::new(e.kind(), message)))
+    };
+    let file = File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock)
+        .map_err(io)?;
+    Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| match errno {
+        Errno::EWOULDBLOCK => StoreError::InUse {
+            database: path.to_owned(),
+            lock: lock.clone(),
+        },
+        other => io(other.into()),
+    })
 }
 
 /// Applies the embedded SQLite migrations on one connection.
