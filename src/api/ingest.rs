@@ -3,8 +3,9 @@
 //! In order: the source by name (404 `not_found`); the body, read whole up to
 //! `MAX_BODY_BYTES` (413); the signature, verified over the raw bytes before
 //! anything is parsed (401 `invalid_signature`, whose detail says which check
-//! failed — never a secret); the payload, the body's JSON or a form body's fields
-//! (400 `invalid_body`); Slack's `url_verification`, answered with its challenge
+//! failed — never a secret); the payload, the body's JSON or a form body's fields,
+//! as canonical text exactly as `POST /webhooks` keeps a payload ([`crate::json`]:
+//! numbers as sent; 400 `invalid_body` when it does not parse or has a key twice); Slack's `url_verification`, answered with its challenge
 //! and not stored; the event type where the kind finds it, prefixed (422
 //! `invalid_event_type`); the delivery id, whose `{name}:{id}` is the idempotency
 //! key (422 `invalid_idempotency_key` when the sender gave none or it is over 255
@@ -27,6 +28,7 @@ use sha2::{Digest, Sha256};
 use crate::api::intake::{self, MAX_NAME_BYTES, ParsedIntake};
 use crate::api::problem::Problem;
 use crate::app::AppState;
+use crate::json;
 use crate::layers::idempotency;
 use crate::model::{Timestamp, hex};
 use crate::sources::identify;
@@ -49,7 +51,13 @@ pub async fn ingest(
         source.rejected(entry);
         problem.into_response()
     };
-    let body = match idempotency::buffer(&parts.headers, body, app.max_body_bytes).await {
+    let read = idempotency::buffer(
+        &parts.headers,
+        body,
+        app.max_body_bytes,
+        intake::body_read_timeout(),
+    );
+    let body = match read.await {
         Ok(body) => body,
         Err(problem) => return refuse(Reason::Other, problem, b""),
     };
@@ -108,11 +116,12 @@ fn identify_event(
     let payload =
         identify::payload(headers, body).map_err(|e| Problem::invalid_body(e.to_string()))?;
     if matches!(s.verifier, Verifier::Slack { .. })
-        && payload.get("type").and_then(Value::as_str) == Some("url_verification")
+        && json::pointer(&payload, "/type") == Some("\"url_verification\"")
     {
-        return Ok(Identified::Challenge(
-            payload.get("challenge").cloned().unwrap_or(Value::Null),
-        ));
+        let challenge = json::pointer(&payload, "/challenge")
+            .and_then(|c| serde_json::from_str(c).ok())
+            .unwrap_or(Value::Null);
+        return Ok(Identified::Challenge(challenge));
     }
     let provider_type = s.event_type.read(headers, &payload, body).ok_or_else(|| {
         Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_event_type").detail(format!(
@@ -146,13 +155,11 @@ fn identify_event(
 }
 
 /// The event as intake commits it: the payload's canonical text and its hash.
-fn parsed(key: String, event_type: String, payload: Value) -> ParsedIntake {
-    let canonical = payload.to_string();
+fn parsed(key: String, event_type: String, canonical: String) -> ParsedIntake {
     let payload_sha256 = hex(&Sha256::digest(canonical.as_bytes()));
     ParsedIntake {
         key: Some(key),
         event_type,
-        payload,
         canonical,
         payload_sha256,
     }

@@ -369,7 +369,7 @@ pub async fn commit(
     };
     let unrouted = event.deliveries.is_empty();
     // The commit and the hand-off to processing run on even if the client hangs up.
-    let stored = match inbox::accept(&app, event).await {
+    let stored = match inbox::accept(app, event).await {
         Ok(Inserted {
             event,
             created: true,
