@@ -6,7 +6,11 @@
 //!
 //! - `ingest` posts webhooks for a fixed time and reports throughput, latency
 //!   percentiles and non-2xx statuses. Every connection is one task with its own
-//!   HTTP/1.1 keep-alive connection and one request in flight.
+//!   HTTP/1.1 keep-alive connection and one request in flight. With `--source
+//!   NAME` it posts to a `kind = "github"` source (`POST /ingest/NAME`) as GitHub
+//!   does: the payload as the body, signed with `--secret` in
+//!   `X-Hub-Signature-256`, a unique `X-GitHub-Delivery` per request — so the cost
+//!   of verifying and identifying a source delivery shows against `/webhooks`.
 //! - `e2e` posts a fixed number of events (retrying 429/503 answers with the same
 //!   idempotency key), then polls `GET /metrics` until the gauge
 //!   `hookbox_events_pending` is 0 and reports end-to-end events per second.
@@ -116,6 +120,19 @@ struct IngestArgs {
     /// `event_type` of the posted events.
     #[arg(long, default_value = "bench.ingest")]
     event_type: String,
+    /// Post to `POST /ingest/<SOURCE>` as GitHub would instead of to `/webhooks`:
+    /// the payload as the body, `X-GitHub-Event: ingest`, a unique
+    /// `X-GitHub-Delivery` per request and `X-Hub-Signature-256` (HMAC-SHA256 of
+    /// the body under `--secret`). The source must be `kind = "github"`.
+    #[arg(long)]
+    source: Option<String>,
+    /// The source's secret (its `secret_env` value), with `--source`.
+    #[arg(
+        long,
+        env = "LOADGEN_SOURCE_SECRET",
+        default_value = "bench-github-secret"
+    )]
+    secret: String,
 }
 
 /// Options of `e2e`.
@@ -314,6 +331,9 @@ struct Shared {
     bodies: Vec<Bytes>,
     /// Prefix of every idempotency key of this run.
     run_id: String,
+    /// With `ingest --source`: the `X-Hub-Signature-256` of the (one) body; the
+    /// key goes in `X-GitHub-Delivery` instead of `Idempotency-Key`.
+    github_signature: Option<HeaderValue>,
     budget: Budget,
     /// In `e2e` mode: retry 429/503 and failed requests with the same key.
     retry_rejected: bool,
@@ -545,13 +565,41 @@ fn intake_request(shared: &Shared, seq: u64, key: &str) -> Result<Request<Full<B
         .get(index)
         .cloned()
         .ok_or("no request body to send")?;
-    Ok(Request::builder()
+    let request = Request::builder()
         .method(Method::POST)
         .uri(shared.path.as_str())
         .header(HOST, shared.target.host.clone())
-        .header(CONTENT_TYPE, "application/json")
-        .header("Idempotency-Key", key)
-        .body(Full::new(body))?)
+        .header(CONTENT_TYPE, "application/json");
+    let request = match &shared.github_signature {
+        None => request.header("Idempotency-Key", key),
+        Some(signature) => request
+            .header("X-GitHub-Event", "ingest")
+            .header("X-GitHub-Delivery", key)
+            .header("X-Hub-Signature-256", signature.clone()),
+    };
+    Ok(request.body(Full::new(body))?)
+}
+
+/// `sha256=<hex>` of HMAC-SHA256(`secret`, `body`): GitHub's signature header.
+fn github_signature(secret: &str, body: &[u8]) -> Result<HeaderValue, BoxError> {
+    use hmac::{KeyInit, Mac};
+    let mut mac = <hmac::Hmac<sha2::Sha256> as KeyInit>::new_from_slice(secret.as_bytes())
+        .map_err(|e| format!("HMAC key: {e}"))?;
+    mac.update(body);
+    let hex: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Ok(HeaderValue::from_str(&format!("sha256={hex}"))?)
+}
+
+/// The body a provider sends: the payload alone (`event_body`'s `payload`).
+fn provider_body(run_id: &str, payload_bytes: usize) -> Result<Bytes, BoxError> {
+    let envelope: serde_json::Value =
+        serde_json::from_slice(&event_body("-", run_id, payload_bytes)?)?;
+    Ok(Bytes::from(serde_json::to_vec(&envelope["payload"])?))
 }
 
 /// How long to wait before retrying this response, if it is worth retrying
@@ -624,15 +672,32 @@ async fn run_ingest(args: IngestArgs) -> Result<ExitCode, BoxError> {
     check_reachable(&target).await?;
     let run_id = uuid::Uuid::now_v7().to_string();
     let started = Instant::now();
+    let (path, body, github_signature) = match &args.source {
+        None => (
+            target.path("/webhooks"),
+            event_body(&args.event_type, &run_id, args.common.payload_bytes)?,
+            None,
+        ),
+        Some(source) => {
+            let body = provider_body(&run_id, args.common.payload_bytes)?;
+            let signature = github_signature(&args.secret, &body)?;
+            (
+                target.path(&format!("/ingest/{source}")),
+                body,
+                Some(signature),
+            )
+        }
+    };
+    let mode = match &args.source {
+        None => "ingest".to_owned(),
+        Some(source) => format!("ingest --source {source}"),
+    };
     let shared = Arc::new(Shared {
-        path: target.path("/webhooks"),
-        bodies: vec![event_body(
-            &args.event_type,
-            &run_id,
-            args.common.payload_bytes,
-        )?],
+        path,
+        bodies: vec![body],
         target,
         run_id,
+        github_signature,
         budget: Budget::Until {
             deadline: started + args.duration,
             next: AtomicU64::new(0),
@@ -656,7 +721,7 @@ async fn run_ingest(args: IngestArgs) -> Result<ExitCode, BoxError> {
     let summary = Summary::new(&mut stats.latencies_us);
     let requests = stats.responses();
     print_table(&[
-        ("mode", "ingest".to_owned()),
+        ("mode", mode),
         ("conns", args.common.connections.to_string()),
         ("duration", format!("{:.1}s", elapsed.as_secs_f64())),
         ("requests", requests.to_string()),
@@ -1067,6 +1132,7 @@ async fn post_counted(
         bodies,
         target: Arc::clone(target),
         run_id,
+        github_signature: None,
         budget: Budget::Count {
             total: posting.total,
             deadline: posting.deadline,

@@ -8,12 +8,18 @@
 #   scripts/bench.sh e2e --events 50000
 #   scripts/bench.sh deliver --events 20000             # HTTP delivery, fan-out 2.5
 #   SQLITE_SYNCHRONOUS=normal WORKER_COUNT=32 scripts/bench.sh
+#   scripts/bench.sh ingest --source github             # a signed GitHub source
+#   scripts/bench.sh sources --duration 10s             # both, interleaved, 3 each
 #
 # Arguments go to target/release/examples/loadgen (see `loadgen --help`); the
 # script adds --url itself. hookbox runs on 127.0.0.1:$BENCH_PORT (default: a
 # free port) with a fresh SQLite database and an empty handlers directory in a
 # temporary directory that is removed afterwards (with one no-op `log` handler
-# for `bench.e2e` events). In `deliver` mode hookbox also gets
+# for `bench.e2e` events) and one source, `github` (kind github, its secret
+# bench-github-secret, which loadgen signs with by default). `sources` runs
+# `ingest` and `ingest --source github` alternately, three times each, on the
+# one instance (so both figures come from one run; the machine may be noisy),
+# passing the other arguments to each. In `deliver` mode hookbox also gets
 # ALLOWED_TARGETS=127.0.0.0/8 (unless set), so that the subscribers loadgen registers
 # may reach its built-in receiver on 127.0.0.1. Every other hookbox setting
 # passes through from the environment (note that DATABASE_URL, if set, wins over
@@ -50,6 +56,12 @@ mkdir "$workdir/handlers"
 cat >"$workdir/handlers/noop.toml" <<'TOML'
 event_types = ["bench.e2e"]
 kind = "log"
+TOML
+# A GitHub source for `ingest --source github` (loadgen signs with this secret).
+mkdir "$workdir/sources"
+cat >"$workdir/sources/github.toml" <<'TOML'
+kind = "github"
+secret_env = "BENCH_GITHUB_SECRET"
 TOML
 log="$workdir/hookbox.log"
 hookbox_pid=""
@@ -93,6 +105,8 @@ echo "bench.sh: starting hookbox on $url (data in $workdir)" >&2
 DB_PATH="$workdir/events.db" \
     BIND_ADDR="127.0.0.1:${port}" \
     HANDLERS_DIR="$workdir/handlers" \
+    SOURCES_DIR="$workdir/sources" \
+    BENCH_GITHUB_SECRET=bench-github-secret \
     LOG_LEVEL="${LOG_LEVEL:-warn}" \
     target/release/hookbox serve >"$log" 2>&1 &
 hookbox_pid=$!
@@ -122,6 +136,18 @@ for arg in "$@"; do
 done
 if [[ -z "$has_url" && "$1" != -* ]]; then
     set -- "$1" --url "$url" "${@:2}"
+fi
+
+if [[ "$1" == sources ]]; then
+    shift
+    for round in 1 2 3; do
+        for mode in "" "--source github"; do
+            echo "bench.sh: round $round: ingest $mode" >&2
+            # shellcheck disable=SC2086
+            target/release/examples/loadgen ingest $mode "$@"
+        done
+    done
+    exit 0
 fi
 
 target/release/examples/loadgen "$@"

@@ -38,6 +38,8 @@ use crate::registry::Registry;
 use crate::registry::live::LiveRegistry;
 use crate::registry::manifest::{self, ManifestError};
 use crate::retry::{Backoff, Policy};
+use crate::sources::Source;
+use crate::sources::live::Sources;
 use crate::ssrf::TargetGuard;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{ClaimStore, Store, StoreError};
@@ -104,6 +106,9 @@ pub struct Shared {
     pub load: Arc<dyn LoadSignal>,
     /// The routing table (manifests + subscribers).
     pub registry: Arc<LiveRegistry>,
+    /// The push sources (`POST /ingest/{name}`), with their counters and rejected
+    /// logs.
+    pub sources: Arc<Sources>,
     /// Strict per-key ordering on one instance (SQLite); `None` on PostgreSQL,
     /// where the claim query enforces it.
     pub(crate) gate: Option<Arc<OrderingGate>>,
@@ -234,10 +239,21 @@ pub struct App {
 }
 
 impl App {
-    /// Opens the store (migrating it) and binds the listen address.
+    /// Opens the store (migrating it) and binds the listen address; no sources.
     pub async fn bind(
         config: Config,
         registry: Registry,
+        prometheus: Option<PrometheusHandle>,
+    ) -> Result<Self, AppError> {
+        Self::bind_with_sources(config, registry, Vec::new(), prometheus).await
+    }
+
+    /// [`App::bind`] with push sources (read by
+    /// [`sources::manifest::load_dir`](crate::sources::manifest::load_dir)).
+    pub async fn bind_with_sources(
+        config: Config,
+        registry: Registry,
+        sources: Vec<Source>,
         prometheus: Option<PrometheusHandle>,
     ) -> Result<Self, AppError> {
         let backend = open_backend(&config).await?;
@@ -270,6 +286,7 @@ impl App {
             dispatch,
             load,
             registry: Arc::new(live),
+            sources: Arc::new(Sources::new(sources)),
             gate,
             require_idempotency_key: config.require_idempotency_key,
             max_body_bytes: config.max_body_bytes,

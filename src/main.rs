@@ -140,7 +140,22 @@ async fn serve(config: Config) -> anyhow::Result<ExitCode> {
         }
     };
     tracing::info!(handlers = registry.routes().len(), dir = %config.handlers_dir.display(), "handlers loaded");
-    hookbox::app::serve(config, registry, Some(prometheus), shutdown_signal()).await?;
+    let sources = match hookbox::sources::manifest::load_dir(&config.sources_dir, &|name| {
+        std::env::var(name).ok()
+    }) {
+        Ok(s) => s,
+        Err(errors) => {
+            for e in errors {
+                eprintln!("hookbox: {e}");
+            }
+            return Ok(ExitCode::from(2));
+        }
+    };
+    tracing::info!(sources = sources.len(), dir = %config.sources_dir.display(), "sources loaded");
+    hookbox::app::App::bind_with_sources(config, registry, sources, Some(prometheus))
+        .await?
+        .run(shutdown_signal())
+        .await?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -137,6 +137,12 @@ pub struct EventView {
     pub created_at: Timestamp,
     /// Last change.
     pub updated_at: Timestamp,
+    /// The source it came from (`POST /ingest/{name}`); `None` for `POST /webhooks`.
+    pub source: Option<String>,
+    /// How many requests carried it: 1, plus one per duplicate answered 200.
+    pub received_count: u32,
+    /// When the latest of those requests arrived (`created_at` until a duplicate).
+    pub last_received_at: Timestamp,
     /// One entry per handler that matched.
     pub deliveries: Vec<DeliveryView>,
     /// Hex SHA-256 of the canonical payload, for idempotency checks (not shown).
@@ -159,6 +165,8 @@ pub struct NewEvent {
     pub payload_sha256: String,
     /// Acceptance time.
     pub created_at: Timestamp,
+    /// The source it came from (`POST /ingest/{name}`); `None` for `POST /webhooks`.
+    pub source: Option<String>,
     /// The deliveries the registry decided on.
     pub deliveries: Vec<NewDelivery>,
 }

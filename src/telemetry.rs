@@ -36,6 +36,12 @@ pub mod names {
     pub const DEAD_LETTERS: &str = "hookbox_dead_letters";
     /// Gauge: age of the oldest unfinished event.
     pub const OLDEST_PENDING_AGE: &str = "hookbox_oldest_pending_age_seconds";
+    /// Counter `{source,outcome}` of requests to `POST /ingest/{name}` (docs/sources.md);
+    /// outcome is accepted, duplicate or rejected.
+    pub const SOURCE_REQUESTS: &str = "hookbox_source_requests_total";
+    /// Counter `{source,reason}` of refused source requests; reason is signature,
+    /// timestamp or other.
+    pub const SOURCE_REJECTED: &str = "hookbox_source_rejected_total";
 }
 
 /// Installs the global tracing subscriber (`LOG_LEVEL` filter, `LOG_FORMAT` lines).
@@ -112,6 +118,14 @@ pub fn describe() {
         names::OLDEST_PENDING_AGE,
         Unit::Seconds,
         "Age of the oldest unfinished event"
+    );
+    describe_counter!(
+        names::SOURCE_REQUESTS,
+        "Requests to POST /ingest/{name}, by source and outcome (accepted, duplicate, rejected)"
+    );
+    describe_counter!(
+        names::SOURCE_REJECTED,
+        "Source requests refused, by source and reason (signature, timestamp, other)"
     );
     metrics::counter!(names::EVENTS_DUPLICATE).absolute(0);
     metrics::counter!(names::EVENTS_UNROUTED).absolute(0);

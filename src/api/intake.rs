@@ -146,7 +146,9 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), Problem> {
     }
 }
 
-fn validate_event_type(t: &str) -> Result<(), Problem> {
+/// Refuses an event type that is empty, over 255 bytes or outside
+/// `[A-Za-z0-9._:/-]`: 422 `invalid_event_type`.
+pub(crate) fn validate_event_type(t: &str) -> Result<(), Problem> {
     let problem = |detail: &str| {
         Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_event_type").detail(detail)
     };
@@ -286,7 +288,8 @@ pub async fn count_rejections(res: Response) -> Response {
     res
 }
 
-/// The intake handler (behind the backpressure and idempotency layers).
+/// The intake handler (behind the backpressure and idempotency layers): parses,
+/// then [`commit`]s.
 ///
 /// It takes the [`ParsedIntake`] the idempotency layer left in the request's
 /// extensions (moved out, not copied); without that layer in front it reads and
@@ -295,11 +298,6 @@ pub async fn intake(
     State(app): State<AppState>,
     request: axum::extract::Request,
 ) -> Result<Response, Problem> {
-    if app.lifecycle.is_draining() {
-        return Err(Problem::unavailable(
-            "shutting down; retry on another instance",
-        ));
-    }
     let (mut parts, body) = request.into_parts();
     let parsed = match parts.extensions.remove::<ParsedIntake>() {
         Some(p) => {
@@ -317,6 +315,43 @@ pub async fn intake(
             parse(&parts.headers, &body, app.require_idempotency_key)?
         }
     };
+    commit(&app, parsed, None).await
+}
+
+/// Commits a validated event and answers for it: 202 new, 200 a retry of the event
+/// holding its key (whose `received_count` the same commit raised), 422 that key
+/// with another type or payload. The one commit path of both intake routes:
+/// `POST /webhooks` (`source` = `None`) and `POST /ingest/{name}` (the source's
+/// name). A `POST /webhooks` key inside a source's namespace (`{name}:…`) is
+/// refused: 422 `invalid_idempotency_key`.
+pub async fn commit(
+    app: &AppState,
+    parsed: ParsedIntake,
+    source: Option<String>,
+) -> Result<Response, Problem> {
+    if app.lifecycle.is_draining() {
+        return Err(Problem::unavailable(
+            "shutting down; retry on another instance",
+        ));
+    }
+    if source.is_none() {
+        if let Some(owner) = parsed
+            .key
+            .as_deref()
+            .and_then(|k| app.sources.owner_of_key(k))
+        {
+            return Err(
+                Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_idempotency_key").detail(
+                    format!(
+                        "keys starting {:?} belong to the source {:?} (POST {})",
+                        format!("{}:", owner.source.name),
+                        owner.source.name,
+                        owner.source.path()
+                    ),
+                ),
+            );
+        }
+    }
     let id = Uuid::now_v7();
     let registry = app.registry.current();
     let deliveries = registry.deliveries(&parsed.event_type, &parsed.canonical);
@@ -329,10 +364,11 @@ pub async fn intake(
         payload: parsed.canonical,
         payload_sha256: parsed.payload_sha256,
         created_at: Timestamp::now(),
+        source,
         deliveries,
     };
     // The commit and the hand-off to processing run on even if the client hangs up.
-    let stored = match inbox::accept(&app, event).await {
+    let stored = match inbox::accept(app, event).await {
         Ok(Inserted {
             event,
             created: true,

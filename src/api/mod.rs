@@ -2,13 +2,18 @@
 //!
 //! Every error is RFC 9457 problem+json ([`problem::Problem`]), unknown routes and
 //! methods included. The intake route carries, outermost first, backpressure (429
-//! before the body is read) and idempotency (which also parses and validates).
+//! before the body is read) and idempotency (which also parses and validates); the
+//! sources' route `POST /ingest/{name}` carries the same backpressure and verifies
+//! before it parses (see [`ingest`]), then commits through the same
+//! [`intake::commit`].
 
 pub mod auth;
 pub mod dead_letters;
+pub mod ingest;
 pub mod intake;
 pub mod probes;
 pub mod problem;
+pub mod sources;
 pub mod status;
 pub mod subscribers;
 
@@ -40,7 +45,15 @@ pub fn router(app: AppState) -> Router {
         .route_layer(DefaultBodyLimit::max(app.max_body_bytes))
         .route_layer(BackpressureLayer::new(app.load.clone()))
         .route_layer(map_response(intake::count_rejections));
+    // The same layers as intake, but no idempotency layer: the ingest handler
+    // verifies the raw body before anything parses it.
+    let ingest = post(ingest::ingest)
+        .route_layer(DefaultBodyLimit::max(app.max_body_bytes))
+        .route_layer(BackpressureLayer::new(app.load.clone()))
+        .route_layer(map_response(intake::count_rejections));
     let admin = Router::new()
+        .route("/sources", get(sources::list))
+        .route("/sources/{name}/rejected", get(sources::rejected))
         .route("/webhooks/{id}/replay", post(dead_letters::replay_event))
         .route("/dead-letters", get(dead_letters::list))
         .route("/dead-letters/replay", post(dead_letters::replay_bulk))
@@ -59,6 +72,7 @@ pub fn router(app: AppState) -> Router {
         .merge(admin)
         .route("/webhooks", intake.get(status::lookup_or_list))
         .route("/webhooks/{id}", get(status::by_id))
+        .route("/ingest/{name}", ingest)
         .route("/health", get(probes::health))
         .route("/ready", get(probes::ready))
         .route("/metrics", get(probes::metrics))

@@ -5,11 +5,16 @@
 //! or (delivery ids only) is the SHA-256 of the raw body — what identifies a
 //! delivery whose sender gives it no id: a byte-identical resend is the same event.
 //!
+//! The payload is kept as its canonical JSON text ([`crate::json`]: keys sorted,
+//! numbers exactly as sent, a key sent twice refused), which is what is stored;
+//! pointers read that text without building a tree of values.
+//!
 //! ```
 //! use hookbox::sources::identify::{Locator, payload};
 //!
 //! let headers = http::HeaderMap::new();
-//! let body = payload(&headers, br#"{"type": "charge.succeeded", "id": "evt_1"}"#).unwrap();
+//! let body = payload(&headers, br#"{"type": "charge.succeeded", "id": "evt_1", "n": 1.50}"#).unwrap();
+//! assert_eq!(body, r#"{"id":"evt_1","n":1.50,"type":"charge.succeeded"}"#);
 //! assert_eq!(Locator::Pointer("/type".into()).read(&headers, &body, b"").as_deref(), Some("charge.succeeded"));
 //! ```
 
@@ -17,6 +22,7 @@ use http::HeaderMap;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use crate::json;
 use crate::model::hex;
 
 /// Where one value is found.
@@ -55,21 +61,40 @@ impl Locator {
         ))
     }
 
-    /// The value, if the request has it (non-empty).
-    pub fn read(&self, headers: &HeaderMap, body: &Value, raw: &[u8]) -> Option<String> {
+    /// Where it looks, for an error's detail ("the X-GitHub-Event header").
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Header(name) => format!("the {name} header"),
+            Self::Pointer(p) => format!("the body's {p}"),
+            Self::BodyHash => "the body's SHA-256".to_owned(),
+            Self::WhenPresent { pointer, .. } => format!("the body's {pointer}"),
+            Self::FirstOf(all) => all
+                .iter()
+                .map(Self::describe)
+                .collect::<Vec<_>>()
+                .join(", or "),
+        }
+    }
+
+    /// The value, if the request has it (non-empty). `payload` is the body's
+    /// canonical JSON text ([`payload`]), `raw` the body as received.
+    pub fn read(&self, headers: &HeaderMap, payload: &str, raw: &[u8]) -> Option<String> {
         let found = match self {
             Self::Header(name) => headers.get(name)?.to_str().ok()?.trim().to_owned(),
-            Self::Pointer(p) => match body.pointer(p)? {
-                Value::String(s) => s.clone(),
-                Value::Number(n) => n.to_string(),
-                _ => return None,
-            },
+            Self::Pointer(p) => {
+                let literal = json::pointer(payload, p)?;
+                match literal.as_bytes().first()? {
+                    b'"' => json::string_value(literal)?,
+                    b'-' | b'0'..=b'9' => literal.to_owned(),
+                    _ => return None,
+                }
+            }
             Self::BodyHash => hex(&Sha256::digest(raw)),
             Self::WhenPresent { pointer, value } => {
-                body.pointer(pointer)?;
+                json::pointer(payload, pointer)?;
                 (*value).to_owned()
             }
-            Self::FirstOf(all) => return all.iter().find_map(|l| l.read(headers, body, raw)),
+            Self::FirstOf(all) => return all.iter().find_map(|l| l.read(headers, payload, raw)),
         };
         (!found.is_empty()).then_some(found)
     }
@@ -80,10 +105,10 @@ impl Locator {
 #[error("{0}")]
 pub struct BodyError(pub String);
 
-/// The body as the event's payload: its JSON, or for an
-/// `application/x-www-form-urlencoded` body an object of its fields (a field given
-/// twice keeps its last value).
-pub fn payload(headers: &HeaderMap, raw: &[u8]) -> Result<Value, BodyError> {
+/// The body as the event's payload, as canonical JSON text: the body's JSON, or for
+/// an `application/x-www-form-urlencoded` body an object of its fields (a field
+/// given twice keeps its last value).
+pub fn payload(headers: &HeaderMap, raw: &[u8]) -> Result<String, BodyError> {
     if is_form(headers) {
         let fields: Vec<(String, String)> = serde_urlencoded::from_bytes(raw)
             .map_err(|e| BodyError(format!("the form body does not parse: {e}")))?;
@@ -91,9 +116,14 @@ pub fn payload(headers: &HeaderMap, raw: &[u8]) -> Result<Value, BodyError> {
             .into_iter()
             .map(|(k, v)| (k, Value::String(v)))
             .collect();
-        return Ok(Value::Object(object));
+        // serde_json's map sorts its keys and writes strings as the canonical form
+        // does: this is the object's canonical text.
+        return Ok(Value::Object(object).to_string());
     }
-    serde_json::from_slice(raw).map_err(|e| BodyError(format!("the body is not valid JSON: {e}")))
+    let not_json =
+        |e: &dyn std::fmt::Display| BodyError(format!("the body is not valid JSON: {e}"));
+    let text = std::str::from_utf8(raw).map_err(|e| not_json(&e))?;
+    json::canonical(text).map_err(|e| not_json(&e))
 }
 
 /// True for a form-encoded body.
@@ -119,31 +149,48 @@ mod tests {
             http::header::CONTENT_TYPE,
             "application/x-www-form-urlencoded".parse().unwrap(),
         );
-        let v = payload(&h, b"command=%2Fdeploy&text=now+please").unwrap();
-        assert_eq!(v["command"], "/deploy");
-        assert_eq!(v["text"], "now please");
+        let v = payload(&h, b"text=now+please&command=%2Fdeploy").unwrap();
+        assert_eq!(v, r#"{"command":"/deploy","text":"now please"}"#);
+        assert_eq!(crate::json::canonical(&v).unwrap(), v, "canonical already");
+    }
+
+    #[test]
+    fn json_bodies_keep_their_numbers_and_refuse_a_key_twice() {
+        let h = HeaderMap::new();
+        assert_eq!(
+            payload(&h, br#"{"b": 12345678901234567890123, "a": 1.0}"#).unwrap(),
+            r#"{"a":1.0,"b":12345678901234567890123}"#
+        );
+        assert!(payload(&h, br#"{"a": 1, "a": 2}"#).is_err());
+        assert!(payload(&h, b"not json").is_err());
+        assert!(payload(&h, b"\xff").is_err());
     }
 
     #[test]
     fn locators_read_headers_pointers_and_fall_back_in_order() {
         let mut h = HeaderMap::new();
         h.insert("x-delivery", "d-1".parse().unwrap());
-        let body: Value = serde_json::json!({"event": {"type": "message"}, "n": 7});
+        let body = r#"{"event":{"type":"message"},"n":7,"o":{}}"#;
         assert_eq!(
             Locator::parse("header:X-Delivery")
                 .unwrap()
-                .read(&h, &body, b""),
+                .read(&h, body, b""),
             Some("d-1".into())
         );
         assert_eq!(
-            Locator::parse("/n").unwrap().read(&h, &body, b""),
+            Locator::parse("/n").unwrap().read(&h, body, b""),
             Some("7".into())
         );
+        assert_eq!(
+            Locator::parse("/event/type").unwrap().read(&h, body, b""),
+            Some("message".into())
+        );
+        assert_eq!(Locator::parse("/o").unwrap().read(&h, body, b""), None);
         assert!(Locator::parse("type").is_err());
         let chain = Locator::FirstOf(vec![
             Locator::Pointer("/event_id".into()),
             Locator::BodyHash,
         ]);
-        assert_eq!(chain.read(&h, &body, b"abc").map(|s| s.len()), Some(64));
+        assert_eq!(chain.read(&h, body, b"abc").map(|s| s.len()), Some(64));
     }
 }

@@ -18,6 +18,7 @@
 //! ```
 
 pub mod identify;
+pub mod live;
 pub mod manifest;
 pub mod verify;
 

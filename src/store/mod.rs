@@ -70,6 +70,10 @@ pub struct EventSummary {
     /// Hex SHA-256 of the canonical payload (not shown).
     #[serde(skip)]
     pub payload_sha256: String,
+    /// Requests that carried it so far, this one included (not shown here: `GET
+    /// /webhooks/{id}` shows it).
+    #[serde(skip)]
+    pub received_count: u32,
 }
 
 /// The result of [`Store::insert_event`].
@@ -205,6 +209,12 @@ pub(crate) fn cut_page<T>(
 pub trait Store: Send + Sync + 'static {
     /// Durably stores a new event with its deliveries, or returns the event that
     /// already holds its idempotency key. Returns only after the commit.
+    ///
+    /// When the event holding the key has the same `event_type` and
+    /// `payload_sha256` (a retry, which intake answers 200), the same commit adds
+    /// one to its `received_count` and sets its `last_received_at` to the new
+    /// event's `created_at`; the returned summary has the new count. An event of
+    /// another type or payload (a 422) is left as it was.
     async fn insert_event(&self, event: NewEvent) -> Result<Inserted, StoreError>;
 
     /// The event with this idempotency key, without its deliveries.

@@ -3,7 +3,8 @@
 //!
 //! Intake is one statement (one round trip, one commit): it inserts the event and
 //! its deliveries in one `WITH … INSERT` whose `ON CONFLICT (idempotency_key) DO
-//! NOTHING` settles duplicate keys atomically across instances. Attempt outcomes
+//! UPDATE … WHERE` settles duplicate keys atomically across instances, counting a
+//! retry (same type and payload) on the event that holds the key. Attempt outcomes
 //! are group-committed by a task (`finisher.rs`) through the `hookbox_finish`
 //! function of the migration, which locks the events first so that outcomes
 //! recorded at once on two instances settle their event correctly.
@@ -129,24 +130,33 @@ const PURGE: &str = "DELETE FROM events WHERE id = ANY (ARRAY(SELECT id FROM eve
      WHERE status IN ('completed', 'failed') AND created_at < $1 \
      ORDER BY created_at LIMIT $2))";
 
-/// Inserts an event and its deliveries unless its key is taken; answers how many
-/// events were inserted (0 or 1). One statement, so one atomic commit.
+/// Inserts an event and its deliveries unless its key is taken. One statement, so
+/// one atomic commit. When the key is taken by an event of the same type and
+/// payload (a retry, answered 200), the same statement counts the receipt on that
+/// event instead (`received_count + 1`, `last_received_at`); it answers the row
+/// inserted or counted — none when the key is taken by another type or payload.
 const INSERT_EVENT: &str = "\
 WITH e AS (
     INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256, status,
-                        created_at, updated_at)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
-    ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id, created_at
+                        created_at, updated_at, source)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $11)
+    ON CONFLICT (idempotency_key) DO UPDATE
+        SET received_count = events.received_count + 1,
+            last_received_at = excluded.created_at
+        WHERE events.event_type = excluded.event_type
+          AND events.payload_sha256 = excluded.payload_sha256
+    RETURNING id, idempotency_key, event_type, status, created_at, payload_sha256,
+              received_count
 ), d AS (
     INSERT INTO deliveries (id, event_id, handler, ordering_value, created_at, updated_at)
     SELECT u.id, e.id, u.handler, u.ordering_value, e.created_at, e.created_at
     FROM e, unnest($8::uuid[], $9::text[], $10::text[]) WITH ORDINALITY
         AS u (id, handler, ordering_value, n)
+    WHERE e.id = $1
     ORDER BY u.n
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM e) AS inserted, (SELECT count(*) FROM d) AS deliveries";
+SELECT e.*, (SELECT count(*) FROM d) AS deliveries FROM e";
 
 #[async_trait]
 impl Store for PgStore {
@@ -175,11 +185,11 @@ impl Store for PgStore {
             .bind(ids)
             .bind(handlers)
             .bind(values)
-            .fetch_one(&self.pool)
+            .bind(&event.source)
+            .fetch_optional(&self.pool)
             .await?;
-        let inserted: i64 = row.try_get("inserted")?;
-        if inserted == 1 {
-            return Ok(Inserted {
+        match row.as_ref().map(rows::summary).transpose()? {
+            Some(stored) if stored.id == event.id => Ok(Inserted {
                 event: EventSummary {
                     id: event.id,
                     idempotency_key: event.idempotency_key,
@@ -187,18 +197,24 @@ impl Store for PgStore {
                     status: Status::Pending,
                     created_at: event.created_at,
                     payload_sha256: event.payload_sha256,
+                    received_count: 1,
                 },
                 created: true,
-            });
-        }
-        // The key was taken (the insert waited for the other transaction to commit),
-        // so this new statement sees the event that holds it.
-        match self.find_key(&event.idempotency_key).await? {
-            Some(existing) => Ok(Inserted {
-                event: existing,
+            }),
+            // A retry, counted on the event that holds the key.
+            Some(stored) => Ok(Inserted {
+                event: stored,
                 created: false,
             }),
-            None => Err(StoreError::Corrupt("conflicting key not found".into())),
+            // The key is taken by another type or payload (the insert waited for
+            // the other transaction to commit), so this new statement sees it.
+            None => match self.find_key(&event.idempotency_key).await? {
+                Some(existing) => Ok(Inserted {
+                    event: existing,
+                    created: false,
+                }),
+                None => Err(StoreError::Corrupt("conflicting key not found".into())),
+            },
         }
     }
 

@@ -14,11 +14,12 @@ use crate::store::{EventSummary, StoreError};
 
 /// Columns read for an [`EventSummary`].
 pub(super) const SUMMARY_COLUMNS: &str =
-    "id, idempotency_key, event_type, status, created_at, payload_sha256";
+    "id, idempotency_key, event_type, status, created_at, payload_sha256, received_count";
 
 /// Columns read for an [`EventView`].
 pub(super) const EVENT_COLUMNS: &str = "id, idempotency_key, event_type, status, created_at, \
-     payload_sha256, attempts, last_error, updated_at";
+     payload_sha256, received_count, attempts, last_error, updated_at, source, \
+     COALESCE(last_received_at, created_at) AS last_received_at";
 
 pub(super) fn uuid(row: &SqliteRow, col: &str) -> Result<Uuid, StoreError> {
     let text: &str = row.try_get(col)?;
@@ -59,7 +60,14 @@ pub(super) fn summary(row: &SqliteRow) -> Result<EventSummary, StoreError> {
         status: status(row)?,
         created_at: time(row, "created_at")?,
         payload_sha256: row.try_get("payload_sha256")?,
+        received_count: received_count(row)?,
     })
+}
+
+/// The `received_count` column.
+fn received_count(row: &SqliteRow) -> Result<u32, StoreError> {
+    let n: i64 = row.try_get("received_count")?;
+    u32::try_from(n).map_err(|_| StoreError::Corrupt(format!("received_count {n}")))
 }
 
 /// Decodes a row of [`EVENT_COLUMNS`] (deliveries come separately).
@@ -74,6 +82,9 @@ pub(super) fn event_view(row: &SqliteRow) -> Result<EventView, StoreError> {
         last_error: row.try_get("last_error")?,
         created_at: s.created_at,
         updated_at: time(row, "updated_at")?,
+        source: row.try_get("source")?,
+        received_count: s.received_count,
+        last_received_at: time(row, "last_received_at")?,
         deliveries: Vec::new(),
         payload_sha256: s.payload_sha256,
     })

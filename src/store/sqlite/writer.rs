@@ -134,13 +134,15 @@ fn answer(ops: impl Iterator<Item = Write>, results: Vec<Result<Done, StoreError
 
 /// Applies `ops` in one transaction; one result per op, in order.
 ///
-/// The whole transaction — `BEGIN`, the multi-row statements, `COMMIT` — goes to
-/// SQLite as one script, so a batch costs one round trip to sqlx's SQLite thread
-/// instead of one per statement (measured: the round trips were a third of the
-/// writer's time). The script is a cached statement: batches of the same shape
-/// (the same number of each kind of row) skip SQLite's parse and plan. Each events
-/// INSERT reports how many rows went in; only the keys of a statement that skipped
-/// some (taken keys) are looked up, after the commit.
+/// The transaction's statements — `BEGIN` and the multi-row statements — go to
+/// SQLite as one script, so a batch costs two round trips to sqlx's SQLite thread
+/// (the script, then `COMMIT`) instead of one per statement (measured: the round
+/// trips were a third of the writer's time). The script is a cached statement:
+/// batches of the same shape (the same number of each kind of row) skip SQLite's
+/// parse and plan. Each events INSERT reports how many rows went in; only the keys
+/// of a statement that skipped some (taken keys) are looked up, inside the still
+/// open transaction, and the retries among them (same type and payload) are
+/// counted ([`count_receipts`]) before the one `COMMIT`.
 async fn commit(
     conn: &mut SqliteConnection,
     ops: &[Write],
@@ -196,17 +198,37 @@ async fn commit(
     for chunk in settles.chunks(ROWS_PER_STATEMENT) {
         settle(&mut script, chunk);
     }
-    script.push("COMMIT;");
-    let rows = match script.build().persistent(true).fetch_all(&mut *conn).await {
-        Ok(rows) => rows,
-        Err(e) => {
-            // The script stopped at the failing statement; undo what it began.
-            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-            return Err(e.into());
-        }
+    let outcome = match script.build().persistent(true).fetch_all(&mut *conn).await {
+        Ok(rows) => settle_inserts(conn, ops, &events, &rows).await,
+        Err(e) => Err(e.into()),
     };
+    let committed = match outcome {
+        Ok(results) => sqlx::query("COMMIT")
+            .execute(&mut *conn)
+            .await
+            .map(|_| results)
+            .map_err(StoreError::from),
+        Err(e) => Err(e),
+    };
+    if committed.is_err() {
+        // The script stopped at the failing statement, or a later step failed:
+        // undo what the transaction began.
+        let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+    }
+    committed
+}
+
+/// Inside the batch's open transaction: which inserts created their event and
+/// which found their key taken (those are looked up, and the retries among them
+/// counted); one result per op, in order.
+async fn settle_inserts(
+    conn: &mut SqliteConnection,
+    ops: &[Write],
+    events: &[&NewEvent],
+    rows: &[sqlx::sqlite::SqliteRow],
+) -> Result<Vec<Result<Done, StoreError>>, StoreError> {
     // One row per events statement: how many of its rows went in. Only where some
-    // did not (their key was taken) are the keys looked up, after the commit.
+    // did not (their key was taken) are the keys looked up.
     if rows.len() != events.len().div_ceil(ROWS_PER_STATEMENT) {
         return Err(StoreError::Corrupt(format!(
             "{} insert counts for {} events",
@@ -215,13 +237,14 @@ async fn commit(
         )));
     }
     let mut unsure: Vec<&str> = Vec::new();
-    for (chunk, row) in events.chunks(ROWS_PER_STATEMENT).zip(&rows) {
+    for (chunk, row) in events.chunks(ROWS_PER_STATEMENT).zip(rows) {
         let went_in: i64 = sqlx::Row::try_get(row, 0)?;
         if usize::try_from(went_in).ok() != Some(chunk.len()) {
             unsure.extend(chunk.iter().map(|e| e.idempotency_key.as_str()));
         }
     }
-    let existing = find_keys(conn, &unsure).await?;
+    let mut existing = find_keys(conn, &unsure).await?;
+    count_receipts(conn, events, &mut existing).await?;
     let mut results = Vec::with_capacity(ops.len());
     for op in ops {
         results.push(match op {
@@ -345,14 +368,70 @@ fn summary_of(e: &NewEvent) -> EventSummary {
         status: Status::Pending,
         created_at: e.created_at,
         payload_sha256: e.payload_sha256.clone(),
+        received_count: 1,
     }
+}
+
+/// Counts the retries of a batch: every new event whose key was taken by an event
+/// of the same type and payload (which intake answers 200) adds one to that
+/// event's `received_count` and moves its `last_received_at` to the retry's
+/// arrival; one multi-row UPDATE. An event of another type or payload (a 422)
+/// counts nothing. `existing` (the events holding the taken keys) gets the new
+/// counts.
+async fn count_receipts(
+    conn: &mut SqliteConnection,
+    events: &[&NewEvent],
+    existing: &mut HashMap<String, EventSummary>,
+) -> Result<(), StoreError> {
+    if existing.is_empty() {
+        return Ok(());
+    }
+    // Per stored event: (its key, retries, latest arrival).
+    let mut receipts: HashMap<Uuid, (&str, u32, Timestamp)> = HashMap::new();
+    for e in events {
+        let Some(stored) = existing.get(&e.idempotency_key) else {
+            continue;
+        };
+        if stored.id == e.id
+            || stored.event_type != e.event_type
+            || stored.payload_sha256 != e.payload_sha256
+        {
+            continue;
+        }
+        let entry =
+            receipts
+                .entry(stored.id)
+                .or_insert((e.idempotency_key.as_str(), 0, e.created_at));
+        entry.1 += 1;
+        entry.2 = entry.2.max(e.created_at);
+    }
+    let receipts: Vec<_> = receipts.into_iter().collect();
+    for chunk in receipts.chunks(ROWS_PER_STATEMENT) {
+        let mut qb = QueryBuilder::<Sqlite>::new(
+            "UPDATE events SET received_count = events.received_count + v.column2, \
+             last_received_at = v.column3 FROM (",
+        );
+        qb.push_values(chunk, |mut row, (id, (_, n, at))| {
+            row.push_bind(id.to_string())
+                .push_bind(i64::from(*n))
+                .push_bind(at.to_rfc3339());
+        });
+        qb.push(") AS v WHERE events.id = v.column1");
+        qb.build().persistent(false).execute(&mut *conn).await?;
+    }
+    for (_, (key, n, _)) in receipts {
+        if let Some(stored) = existing.get_mut(key) {
+            stored.received_count = stored.received_count.saturating_add(n);
+        }
+    }
+    Ok(())
 }
 
 /// One multi-row INSERT that skips taken keys, then a row with how many it inserted.
 fn insert_events(script: &mut QueryBuilder<Sqlite>, events: &[&NewEvent]) {
     script.push(
         "INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256, \
-         status, created_at, updated_at) ",
+         status, created_at, updated_at, source) ",
     );
     script.push_values(events, |mut row, e| {
         let created = e.created_at.to_rfc3339();
@@ -370,7 +449,8 @@ fn insert_events(script: &mut QueryBuilder<Sqlite>, events: &[&NewEvent]) {
             .push_bind(e.payload_sha256.clone())
             .push_bind(status.as_str())
             .push_bind(created.clone())
-            .push_bind(created);
+            .push_bind(created)
+            .push_bind(e.source.clone());
     });
     script.push(" ON CONFLICT (idempotency_key) DO NOTHING; SELECT changes();");
 }

@@ -1,0 +1,8 @@
+-- Sources (SPEC §6) and receipts (SPEC §2): which source an event came from (NULL
+-- for POST /webhooks), how many requests carried it (1 plus one per duplicate
+-- answered 200), and when the latest of them arrived (NULL until a duplicate
+-- arrives: read as created_at). Adding columns with constant defaults rewrites no
+-- row.
+ALTER TABLE events ADD COLUMN source TEXT;
+ALTER TABLE events ADD COLUMN received_count INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE events ADD COLUMN last_received_at TEXT;

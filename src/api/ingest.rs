@@ -1,0 +1,166 @@
+//! `POST /ingest/{name}`: a provider's webhook as the provider sends it (docs/sources.md).
+//!
+//! In order: the source by name (404 `not_found`); the body, read whole up to
+//! `MAX_BODY_BYTES` (413); the signature, verified over the raw bytes before
+//! anything is parsed (401 `invalid_signature`, whose detail says which check
+//! failed — never a secret); the payload, the body's JSON or a form body's fields,
+//! as canonical text exactly as `POST /webhooks` keeps a payload ([`crate::json`]:
+//! numbers as sent; 400 `invalid_body` when it does not parse or has a key twice); Slack's `url_verification`, answered with its challenge
+//! and not stored; the event type where the kind finds it, prefixed (422
+//! `invalid_event_type`); the delivery id, whose `{name}:{id}` is the idempotency
+//! key (422 `invalid_idempotency_key` when the sender gave none or it is over 255
+//! bytes). Then the event goes through [`intake::commit`], the one commit path of
+//! `POST /webhooks` too: 202 new, 200 a redelivery (its `received_count` grows), 422
+//! `idempotency_key_reused` for a delivery id sent again with another body. The
+//! route sits behind the same backpressure layer as `POST /webhooks` (429 before
+//! the body is read, nothing stored).
+//!
+//! Every refusal of a known source's request (401, and 400/413/422) is counted
+//! and kept in its rejected log ([`crate::sources::live`]).
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, StatusCode};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::api::intake::{self, MAX_NAME_BYTES, ParsedIntake};
+use crate::api::problem::Problem;
+use crate::app::AppState;
+use crate::json;
+use crate::layers::idempotency;
+use crate::model::{Timestamp, hex};
+use crate::sources::identify;
+use crate::sources::live::{LiveSource, Reason};
+use crate::sources::verify::{Incoming, Verifier};
+
+/// The handler.
+pub async fn ingest(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+    request: axum::extract::Request,
+) -> Response {
+    let Some(source) = app.sources.get(&name).cloned() else {
+        return Problem::not_found("source").into_response();
+    };
+    let received_at = Timestamp::now();
+    let (parts, body) = request.into_parts();
+    let refuse = |reason: Reason, problem: Problem, body: &[u8]| {
+        let entry = source.entry(received_at, reason, &problem, &parts.headers, body);
+        source.rejected(entry);
+        problem.into_response()
+    };
+    let read = idempotency::buffer(
+        &parts.headers,
+        body,
+        app.max_body_bytes,
+        intake::body_read_timeout(),
+    );
+    let body = match read.await {
+        Ok(body) => body,
+        Err(problem) => return refuse(Reason::Other, problem, b""),
+    };
+    let incoming = Incoming {
+        headers: &parts.headers,
+        body: &body,
+        now: received_at.millis().div_euclid(1000),
+    };
+    if let Err(rejection) = source
+        .source
+        .verifier
+        .verify(&incoming, &source.source.secrets)
+    {
+        let problem = Problem::new(StatusCode::UNAUTHORIZED, "invalid_signature")
+            .detail(rejection.to_string());
+        return refuse(Reason::of(&rejection), problem, &body);
+    }
+    match identify_event(&source, &parts.headers, &body) {
+        Err(problem) => refuse(Reason::Other, problem, &body),
+        Ok(Identified::Challenge(challenge)) => {
+            (StatusCode::OK, Json(json!({ "challenge": challenge }))).into_response()
+        }
+        Ok(Identified::Event(parsed)) => {
+            let answer = intake::commit(&app, parsed, Some(source.source.name.clone())).await;
+            match answer {
+                Ok(res) if res.status() == StatusCode::ACCEPTED => {
+                    source.accepted();
+                    res
+                }
+                Ok(res) => {
+                    source.duplicate();
+                    res
+                }
+                Err(problem) if problem.status == 422 => refuse(Reason::Other, problem, &body),
+                Err(problem) => problem.into_response(),
+            }
+        }
+    }
+}
+
+/// What a verified request is.
+enum Identified {
+    /// Slack's `url_verification`: answer the challenge, store nothing.
+    Challenge(Value),
+    /// An event to commit.
+    Event(ParsedIntake),
+}
+
+/// The payload, the prefixed event type and the key of a verified request.
+fn identify_event(
+    source: &LiveSource,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Identified, Problem> {
+    let s = &source.source;
+    let payload =
+        identify::payload(headers, body).map_err(|e| Problem::invalid_body(e.to_string()))?;
+    if matches!(s.verifier, Verifier::Slack { .. })
+        && json::pointer(&payload, "/type") == Some("\"url_verification\"")
+    {
+        let challenge = json::pointer(&payload, "/challenge")
+            .and_then(|c| serde_json::from_str(c).ok())
+            .unwrap_or(Value::Null);
+        return Ok(Identified::Challenge(challenge));
+    }
+    let provider_type = s.event_type.read(headers, &payload, body).ok_or_else(|| {
+        Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_event_type").detail(format!(
+            "no event type in {} (where a {} source finds it)",
+            s.event_type.describe(),
+            s.kind
+        ))
+    })?;
+    let event_type = format!("{}{provider_type}", s.event_type_prefix);
+    intake::validate_event_type(&event_type)?;
+    let invalid_key = |detail: String| {
+        Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_idempotency_key").detail(detail)
+    };
+    let delivery = s.delivery_id.read(headers, &payload, body).ok_or_else(|| {
+        invalid_key(format!(
+            "no delivery id in {} (where a {} source finds it)",
+            s.delivery_id.describe(),
+            s.kind
+        ))
+    })?;
+    let key = s.key(&delivery);
+    if key.len() > MAX_NAME_BYTES {
+        return Err(invalid_key(format!(
+            "the idempotency key {{name}}:{{delivery id}} must be at most {MAX_NAME_BYTES} bytes"
+        )));
+    }
+    if key.contains('\0') {
+        return Err(invalid_key("the delivery id must not contain NUL".into()));
+    }
+    Ok(Identified::Event(parsed(key, event_type, payload)))
+}
+
+/// The event as intake commits it: the payload's canonical text and its hash.
+fn parsed(key: String, event_type: String, canonical: String) -> ParsedIntake {
+    let payload_sha256 = hex(&Sha256::digest(canonical.as_bytes()));
+    ParsedIntake {
+        key: Some(key),
+        event_type,
+        canonical,
+        payload_sha256,
+    }
+}

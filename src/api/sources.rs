@@ -1,0 +1,40 @@
+//! The admin view of the push sources: `GET /sources` (each source with its
+//! counters) and `GET /sources/{name}/rejected` (its log of refused requests,
+//! newest first). Both are this instance's, since it started (see
+//! [`crate::sources::live`]).
+
+use axum::Json;
+use axum::extract::{Path, State};
+use serde::Serialize;
+
+use crate::api::problem::Problem;
+use crate::app::AppState;
+use crate::sources::live::{RejectedRequest, SourceView};
+
+/// A list answer: `{items: [...]}`.
+#[derive(Debug, Serialize)]
+pub struct Items<T> {
+    /// The entries.
+    pub items: Vec<T>,
+}
+
+/// `GET /sources` (admin).
+pub async fn list(State(app): State<AppState>) -> Json<Items<SourceView>> {
+    Json(Items {
+        items: app.sources.all().iter().map(|s| s.view()).collect(),
+    })
+}
+
+/// `GET /sources/{name}/rejected` (admin): 404 for an unknown source.
+pub async fn rejected(
+    State(app): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<Items<RejectedRequest>>, Problem> {
+    let source = app
+        .sources
+        .get(&name)
+        .ok_or_else(|| Problem::not_found("source"))?;
+    Ok(Json(Items {
+        items: source.rejected_log(),
+    }))
+}
