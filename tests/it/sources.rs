@@ -464,7 +464,9 @@ on_both_backends! {
         let s = crate::harness::script(
             dir.path(),
             "h.sh",
-            &format!("cat >> {}; echo \" $HOOKBOX_EVENT_TYPE\" >> {}", out.display(), out.display()),
+            // One append per event (two handlers run at once: separate appends of
+            // payload and type could interleave).
+            &format!("line=\"$(cat) $HOOKBOX_EVENT_TYPE\"; echo \"$line\" >> {}", out.display()),
         );
         crate::harness::exec_manifest(dir.path(), "h", "[\"slack.*\", \"github.*\"]", &s, "");
         let secrets = manifests(dir.path());
