@@ -14,9 +14,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::ops::Deref;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -25,7 +23,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::config::{Config, Secret};
+use crate::config::Config;
 use crate::layers::backpressure::LoadSignal;
 use crate::processing::claims::Claims;
 use crate::processing::dispatch::Dispatch;
@@ -41,9 +39,9 @@ use crate::retry::{Backoff, Policy};
 use crate::sources::Source;
 use crate::sources::live::Sources;
 use crate::ssrf::TargetGuard;
+use crate::state::{AdminToken, AppState, Lifecycle, MetricsExport, Shared};
 use crate::store::sqlite::SqliteStore;
 use crate::store::{ClaimStore, Store, StoreError};
-use crate::telemetry::names;
 
 /// Why the service could not start or run.
 #[derive(Debug, thiserror::Error)]
@@ -75,68 +73,6 @@ pub enum AppError {
 const SUPPORTED: &str = "sqlite://PATH and postgres://…";
 #[cfg(not(feature = "postgres"))]
 const SUPPORTED: &str = "sqlite://PATH; build with the postgres feature for postgres://…";
-
-/// Readiness and shutdown flags shared by the API and the background tasks.
-#[derive(Debug, Default)]
-pub struct Lifecycle {
-    ready: AtomicBool,
-    draining: AtomicBool,
-}
-
-impl Lifecycle {
-    /// True once startup recovery is complete.
-    pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
-    }
-
-    /// True once shutdown has begun.
-    pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Acquire)
-    }
-}
-
-/// Everything the request handlers share.
-pub struct Shared {
-    /// The database.
-    pub store: Arc<dyn Store>,
-    /// Where committed work goes: the in-memory queue (SQLite) or the claimers
-    /// (PostgreSQL).
-    pub(crate) dispatch: Arc<dyn Dispatch>,
-    /// What intake's backpressure reads: the same object as `dispatch`.
-    pub load: Arc<dyn LoadSignal>,
-    /// The routing table (manifests + subscribers).
-    pub registry: Arc<LiveRegistry>,
-    /// The push sources (`POST /ingest/{name}`), with their counters and rejected
-    /// logs.
-    pub sources: Arc<Sources>,
-    /// Strict per-key ordering on one instance (SQLite); `None` on PostgreSQL,
-    /// where the claim query enforces it.
-    pub(crate) gate: Option<Arc<OrderingGate>>,
-    /// `REQUIRE_IDEMPOTENCY_KEY`.
-    pub require_idempotency_key: bool,
-    /// `MAX_BODY_BYTES`.
-    pub max_body_bytes: usize,
-    /// `ADMIN_TOKEN`.
-    pub admin_token: Option<Secret>,
-    /// `METRICS_PUBLIC`.
-    pub metrics_public: bool,
-    /// Renders `/metrics`; `None` when no Prometheus recorder is installed.
-    pub prometheus: Option<PrometheusHandle>,
-    /// Ready / draining.
-    pub lifecycle: Lifecycle,
-}
-
-/// Cheap-to-clone handle on [`Shared`], the axum state.
-#[derive(Clone)]
-pub struct AppState(Arc<Shared>);
-
-impl Deref for AppState {
-    type Target = Shared;
-
-    fn deref(&self) -> &Shared {
-        &self.0
-    }
-}
 
 /// An opened database.
 pub struct Backend {
@@ -281,7 +217,7 @@ impl App {
             };
         let gate =
             matches!(processing, Processing::Local(_)).then(|| Arc::new(OrderingGate::default()));
-        let state = AppState(Arc::new(Shared {
+        let state = AppState::new(Shared {
             store: backend.store,
             dispatch,
             load,
@@ -290,11 +226,13 @@ impl App {
             gate,
             require_idempotency_key: config.require_idempotency_key,
             max_body_bytes: config.max_body_bytes,
-            admin_token: config.admin_token.clone(),
-            metrics_public: config.metrics_public,
-            prometheus,
-            lifecycle: Lifecycle::default(),
-        }));
+            admin_token: AdminToken::new(config.admin_token.clone()),
+            metrics: MetricsExport {
+                public: config.metrics_public,
+                prometheus,
+            },
+            lifecycle: Arc::new(Lifecycle::default()),
+        });
         let listener = TcpListener::bind(config.bind_addr)
             .await
             .map_err(|source| AppError::Bind {
@@ -400,12 +338,12 @@ async fn run_workers(
     // Other instances change subscribers too (PostgreSQL): follow the database.
     let follow = matches!(processing, Processing::Shared(_))
         .then(|| tokio::spawn(follow_subscribers(state.clone())));
-    state.0.lifecycle.ready.store(true, Ordering::Release);
+    state.lifecycle.set_ready();
     info!(workers = config.worker_count, "ready");
 
     shutdown.await;
     info!("shutting down: refusing new events, draining workers");
-    state.0.lifecycle.draining.store(true, Ordering::Release);
+    state.lifecycle.set_draining();
     stop_claiming.cancel();
     queue.close();
     crew.recorders.close();
@@ -491,25 +429,5 @@ async fn follow_subscribers(state: AppState) {
             Ok(_) => {}
             Err(e) => warn!(error = %e, "could not read the subscribers"),
         }
-    }
-}
-
-/// Sets the gauges of `/metrics` (docs/api.md, "Probes and metrics") when it is
-/// scraped. The store's
-/// counts are computed at most once a second however often it is scraped
-/// ([`crate::store::STATS_MAX_AGE`]); the queue's are read as they are.
-pub async fn update_gauges(state: &AppState) {
-    metrics::gauge!(names::QUEUE_CAPACITY).set(state.dispatch.capacity() as f64);
-    metrics::gauge!(names::QUEUE_DEPTH).set(state.dispatch.depth() as f64);
-    match state.store.stats().await {
-        Ok(stats) => {
-            metrics::gauge!(names::EVENTS_PENDING).set(stats.pending_events as f64);
-            metrics::gauge!(names::DEAD_LETTERS).set(stats.dead_letters as f64);
-            let age = stats.oldest_pending.map_or(0.0, |t| {
-                (crate::model::Timestamp::now().millis() - t.millis()).max(0) as f64 / 1000.0
-            });
-            metrics::gauge!(names::OLDEST_PENDING_AGE).set(age);
-        }
-        Err(e) => warn!(error = %e, "could not read the store's counts for /metrics"),
     }
 }

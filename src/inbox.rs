@@ -16,10 +16,10 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::app::AppState;
 use crate::model::NewEvent;
 use crate::processing::job::Job;
 use crate::processing::ordering::OrderingGate;
+use crate::state::AppState;
 use crate::store::{Inserted, PendingDelivery, ReplayFilter, Store, StoreError};
 
 /// Why committing through the inbox failed.

@@ -7,6 +7,7 @@
 //! a single replay answers 409, a bulk replay `{"replayed": 0}`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Bytes;
@@ -18,14 +19,14 @@ use serde_json::json;
 
 use crate::api::problem::Problem;
 use crate::api::status::{page_limit, parse_id};
-use crate::app::AppState;
 use crate::inbox;
 use crate::model::Timestamp;
-use crate::store::{PendingDelivery, ReplayFilter};
+use crate::state::AppState;
+use crate::store::{PendingDelivery, ReplayFilter, Store};
 
 /// `GET /dead-letters?limit=&cursor=`.
 pub async fn list(
-    State(app): State<AppState>,
+    State(store): State<Arc<dyn Store>>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Response, Problem> {
     let limit = page_limit(&params)?;
@@ -38,8 +39,7 @@ pub async fn list(
             })
         })
         .transpose()?;
-    let page = app
-        .store
+    let page = store
         .dead_letters(limit, before)
         .await
         .map_err(|e| Problem::unavailable(e.to_string()))?;

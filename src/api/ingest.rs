@@ -27,13 +27,13 @@ use sha2::{Digest, Sha256};
 
 use crate::api::intake::{self, MAX_NAME_BYTES, ParsedIntake};
 use crate::api::problem::Problem;
-use crate::app::AppState;
 use crate::json;
 use crate::layers::idempotency;
 use crate::model::{Timestamp, hex};
 use crate::sources::identify;
 use crate::sources::live::{LiveSource, Reason};
 use crate::sources::verify::{Incoming, Verifier};
+use crate::state::AppState;
 
 /// The handler.
 pub async fn ingest(

@@ -31,7 +31,6 @@ use tower::BoxError;
 use uuid::Uuid;
 
 use crate::api::problem::{Problem, ProblemCode};
-use crate::app::AppState;
 use crate::inbox;
 use crate::json;
 use crate::layers::idempotency::{
@@ -39,6 +38,7 @@ use crate::layers::idempotency::{
 };
 use crate::model::{NewDelivery, NewEvent, Timestamp, hex};
 use crate::registry::is_event_type_byte;
+use crate::state::AppState;
 use crate::store::{EventSummary, Inserted, Store};
 use crate::telemetry::names;
 

@@ -16,11 +16,11 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::api::problem::Problem;
-use crate::app::AppState;
 use crate::inbox::{self, InboxError};
 use crate::model::{Subscriber, Timestamp};
 use crate::registry::kinds::http::display_url;
 use crate::registry::live::SubscriberError;
+use crate::state::AppState;
 use crate::store::{Store, StoreError};
 
 /// The body of `POST /subscribers`.
@@ -175,14 +175,14 @@ pub async fn create(State(app): State<AppState>, body: Bytes) -> Result<Response
 }
 
 /// `GET /subscribers`.
-pub async fn list(State(app): State<AppState>) -> Result<Response, Problem> {
-    let all = app.store.subscribers().await.map_err(unavailable)?;
+pub async fn list(State(store): State<Arc<dyn Store>>) -> Result<Response, Problem> {
+    let all = store.subscribers().await.map_err(unavailable)?;
     let items: Vec<_> = all.iter().map(view).collect();
     Ok(Json(json!({ "items": items })).into_response())
 }
 
-async fn find(app: &AppState, name: &str) -> Result<Subscriber, Problem> {
-    let all = app.store.subscribers().await.map_err(unavailable)?;
+async fn find(store: &dyn Store, name: &str) -> Result<Subscriber, Problem> {
+    let all = store.subscribers().await.map_err(unavailable)?;
     all.into_iter()
         .find(|s| s.name == name)
         .ok_or_else(|| Problem::not_found("subscriber"))
@@ -190,10 +190,10 @@ async fn find(app: &AppState, name: &str) -> Result<Subscriber, Problem> {
 
 /// `GET /subscribers/{name}`.
 pub async fn read(
-    State(app): State<AppState>,
+    State(store): State<Arc<dyn Store>>,
     Path(name): Path<String>,
 ) -> Result<Response, Problem> {
-    Ok(Json(view(&find(&app, &name).await?)).into_response())
+    Ok(Json(view(&find(&*store, &name).await?)).into_response())
 }
 
 /// `PATCH /subscribers/{name}`.
@@ -203,7 +203,7 @@ pub async fn patch(
     body: Bytes,
 ) -> Result<Response, Problem> {
     let p: Patch = parse(&body)?;
-    let mut s = find(&app, &name).await?;
+    let mut s = find(&*app.store, &name).await?;
     if let Some(v) = p.event_types {
         s.event_types = v;
     }
