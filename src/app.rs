@@ -24,14 +24,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::config::Config;
-use crate::layers::backpressure::LoadSignal;
-use crate::processing::claims::Claims;
-use crate::processing::dispatch::Dispatch;
-use crate::processing::job::Job;
-use crate::processing::ordering::OrderingGate;
-use crate::processing::queue::Queue;
-use crate::processing::timer::Timer;
-use crate::processing::worker::{Feeder, Workers};
+use crate::inbox::{Processing, Started, new_pair};
+use crate::processing::worker::Workers;
 use crate::registry::Registry;
 use crate::registry::live::LiveRegistry;
 use crate::registry::manifest::{self, ManifestError};
@@ -110,14 +104,6 @@ pub async fn open_backend(config: &Config) -> Result<Backend, AppError> {
 /// Opens the store a configuration names (and applies its migrations).
 pub async fn open_store(config: &Config) -> Result<Arc<dyn Store>, AppError> {
     Ok(open_backend(config).await?.store)
-}
-
-/// How this instance gets its work, which depends on the database.
-enum Processing {
-    /// SQLite, one instance: the in-memory queue is the queue.
-    Local(Arc<Queue<Job>>),
-    /// PostgreSQL, any number of instances: the database is the queue.
-    Shared(Arc<Claims>),
 }
 
 /// The global retry policy of a configuration.
@@ -199,31 +185,19 @@ impl App {
         let live = LiveRegistry::new(registry, client, guard, policy(&config));
         live.reload(&backend.store.subscribers().await?)
             .map_err(|e| AppError::Http(e.to_string()))?;
-        let (processing, dispatch, load): (_, Arc<dyn Dispatch>, Arc<dyn LoadSignal>) =
-            match backend.claims {
-                None => {
-                    let queue = Queue::new(config.queue_maxsize);
-                    (Processing::Local(queue.clone()), queue.clone(), queue)
-                }
-                Some(claims) => {
-                    let claims = Claims::new(
-                        claims,
-                        config.queue_maxsize,
-                        config.worker_count,
-                        config.lease_timeout,
-                    );
-                    (Processing::Shared(claims.clone()), claims.clone(), claims)
-                }
-            };
-        let gate =
-            matches!(processing, Processing::Local(_)).then(|| Arc::new(OrderingGate::default()));
+        let registry = Arc::new(live);
+        let (inbox, processing) = new_pair(
+            &config,
+            backend.store.clone(),
+            backend.claims,
+            registry.clone(),
+        );
         let state = AppState::new(Shared {
             store: backend.store,
-            dispatch,
-            load,
-            registry: Arc::new(live),
+            load: inbox.load(),
+            inbox,
+            registry,
             sources: Arc::new(Sources::new(sources)),
-            gate,
             require_idempotency_key: config.require_idempotency_key,
             max_body_bytes: config.max_body_bytes,
             admin_token: AdminToken::new(config.admin_token.clone()),
@@ -304,25 +278,19 @@ async fn run_workers(
 ) -> Result<(), AppError> {
     let store = state.store.clone();
     let (stop_claiming, stop_leases) = (CancellationToken::new(), CancellationToken::new());
-    let (queue, feed, claim_tasks): (_, Arc<dyn Feeder>, _) = match &processing {
-        Processing::Local(queue) => {
-            let timer = Timer::start(queue.clone());
-            recover(&*store, queue, state.gate.as_deref(), &timer).await?;
-            (queue.clone(), Arc::new(timer), None)
-        }
-        Processing::Shared(claims) => {
-            // The database is the queue: recovery is the claim query itself, which
-            // also takes over the deliveries whose lease expired.
-            claims.refresh_backlog().await?;
-            let tasks = claims.spawn(&stop_claiming, &stop_leases);
-            (claims.queue(), Arc::new(claims.clone()), Some(tasks))
-        }
-    };
+    let Started {
+        queue,
+        feed,
+        gate,
+        tasks,
+    } = processing
+        .start(&state.inbox, &stop_claiming, &stop_leases)
+        .await?;
     let crew = Workers {
         queue: queue.clone(),
         store: store.clone(),
         registry: state.registry.clone(),
-        gate: state.gate.clone(),
+        gate,
         feed,
         recorders: tokio_util::task::TaskTracker::new(),
     };
@@ -335,9 +303,6 @@ async fn run_workers(
         config.retention_days,
         config.cleanup_interval,
     ));
-    // Other instances change subscribers too (PostgreSQL): follow the database.
-    let follow = matches!(processing, Processing::Shared(_))
-        .then(|| tokio::spawn(follow_subscribers(state.clone())));
     state.lifecycle.set_ready();
     info!(workers = config.worker_count, "ready");
 
@@ -358,76 +323,12 @@ async fn run_workers(
         warn!(grace = ?config.shutdown_grace, "workers still busy after the grace period; recovery will redo their jobs");
     }
     retention.abort();
-    if let Some(follow) = follow {
-        follow.abort();
-    }
-    if let Processing::Shared(claims) = &processing {
-        stop_leases.cancel();
-        if tokio::time::timeout(Duration::from_secs(5), claims.release())
-            .await
-            .is_err()
-        {
-            warn!("releasing claims timed out; they are rescued when their lease expires");
-        }
-    }
-    drop(claim_tasks);
+    stop_leases.cancel();
+    processing.release().await;
+    drop(tasks);
     stop_http.cancel();
     match tokio::time::timeout(Duration::from_secs(5), http).await {
         Ok(Ok(Err(e))) => Err(AppError::Serve(e)),
         _ => Ok(()),
-    }
-}
-
-/// Pushes every unfinished delivery and unsettled event (docs/states.md, "Recovery
-/// after a crash or restart"), whatever
-/// the queue's bound; retries that are not due yet wait in the timer.
-async fn recover(
-    store: &dyn Store,
-    queue: &Queue<Job>,
-    gate: Option<&OrderingGate>,
-    timer: &Timer,
-) -> Result<(), StoreError> {
-    let left = store.unfinished().await?;
-    let (deliveries, unsettled) = (left.deliveries.len(), left.unsettled.len());
-    let now = crate::model::Timestamp::now();
-    let mut due = Vec::with_capacity(deliveries + unsettled);
-    for d in left.deliveries {
-        if let (Some(gate), Some(value)) = (gate, &d.ordering_value) {
-            gate.register(&d.handler, value, d.delivery);
-        }
-        let job = Job::deliver(d.delivery, d.event);
-        match d.retry_after.filter(|t| *t > now) {
-            Some(at) => timer.at(job, at),
-            None => due.push(job),
-        }
-    }
-    due.extend(left.unsettled.into_iter().map(Job::Settle));
-    queue.extend(due);
-    if deliveries + unsettled > 0 {
-        info!(deliveries, unsettled, "recovered unfinished work");
-    }
-    Ok(())
-}
-
-/// How often an instance sharing PostgreSQL re-reads the subscribers.
-pub const SUBSCRIBER_REFRESH: Duration = Duration::from_secs(1);
-
-/// Reloads the routing table whenever the stored subscribers change (another
-/// instance created, changed or deleted one).
-async fn follow_subscribers(state: AppState) {
-    let mut known = Vec::new();
-    let mut tick = tokio::time::interval(SUBSCRIBER_REFRESH);
-    loop {
-        tick.tick().await;
-        match state.store.subscribers().await {
-            Ok(now) if now != known => {
-                if let Err(e) = state.registry.reload(&now) {
-                    warn!(error = %e, "could not apply the subscribers");
-                }
-                known = now;
-            }
-            Ok(_) => {}
-            Err(e) => warn!(error = %e, "could not read the subscribers"),
-        }
     }
 }

@@ -15,9 +15,8 @@ use axum::extract::FromRef;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::config::Secret;
+use crate::inbox::Inbox;
 use crate::layers::backpressure::LoadSignal;
-use crate::processing::dispatch::Dispatch;
-use crate::processing::ordering::OrderingGate;
 use crate::registry::live::LiveRegistry;
 use crate::sources::live::Sources;
 use crate::store::Store;
@@ -89,19 +88,15 @@ pub struct MetricsExport {
 pub struct Shared {
     /// The database.
     pub store: Arc<dyn Store>,
-    /// Where committed work goes: the in-memory queue (SQLite) or the claimers
-    /// (PostgreSQL).
-    pub(crate) dispatch: Arc<dyn Dispatch>,
-    /// What intake's backpressure reads: the same object as `dispatch`.
+    /// The one path in: commits new work and hands it to processing.
+    pub inbox: Inbox,
+    /// What intake's backpressure reads ([`Inbox::load`]).
     pub load: Arc<dyn LoadSignal>,
     /// The routing table (manifests + subscribers).
     pub registry: Arc<LiveRegistry>,
     /// The push sources (`POST /ingest/{name}`), with their counters and rejected
     /// logs.
     pub sources: Arc<Sources>,
-    /// Strict per-key ordering on one instance (SQLite); `None` on PostgreSQL,
-    /// where the claim query enforces it.
-    pub(crate) gate: Option<Arc<OrderingGate>>,
     /// `REQUIRE_IDEMPOTENCY_KEY`.
     pub require_idempotency_key: bool,
     /// `MAX_BODY_BYTES`.
@@ -136,6 +131,12 @@ impl Deref for AppState {
 impl FromRef<AppState> for Arc<dyn Store> {
     fn from_ref(app: &AppState) -> Self {
         app.store.clone()
+    }
+}
+
+impl FromRef<AppState> for Inbox {
+    fn from_ref(app: &AppState) -> Self {
+        app.inbox.clone()
     }
 }
 

@@ -11,7 +11,8 @@ use tracing::warn;
 
 use crate::api::auth;
 use crate::api::problem::Problem;
-use crate::state::{AdminToken, AppState, Lifecycle, MetricsExport};
+use crate::inbox::Inbox;
+use crate::state::{AdminToken, Lifecycle, MetricsExport};
 use crate::store::Store;
 use crate::telemetry::names;
 
@@ -48,7 +49,8 @@ pub async fn ready(
 pub async fn metrics(
     State(export): State<MetricsExport>,
     State(admin): State<AdminToken>,
-    State(app): State<AppState>,
+    State(inbox): State<Inbox>,
+    State(store): State<Arc<dyn Store>>,
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
     if !export.public {
@@ -57,7 +59,7 @@ pub async fn metrics(
     let Some(handle) = &export.prometheus else {
         return Err(Problem::not_found("metrics recorder"));
     };
-    update_gauges(&app).await;
+    update_gauges(&inbox, &*store).await;
     let mut res = handle.render().into_response();
     res.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -70,10 +72,10 @@ pub async fn metrics(
 /// scraped. The store's
 /// counts are computed at most once a second however often it is scraped
 /// ([`crate::store::STATS_MAX_AGE`]); the queue's are read as they are.
-async fn update_gauges(state: &AppState) {
-    metrics::gauge!(names::QUEUE_CAPACITY).set(state.dispatch.capacity() as f64);
-    metrics::gauge!(names::QUEUE_DEPTH).set(state.dispatch.depth() as f64);
-    match state.store.stats().await {
+async fn update_gauges(inbox: &Inbox, store: &dyn Store) {
+    metrics::gauge!(names::QUEUE_CAPACITY).set(inbox.capacity() as f64);
+    metrics::gauge!(names::QUEUE_DEPTH).set(inbox.depth() as f64);
+    match store.stats().await {
         Ok(stats) => {
             metrics::gauge!(names::EVENTS_PENDING).set(stats.pending_events as f64);
             metrics::gauge!(names::DEAD_LETTERS).set(stats.dead_letters as f64);

@@ -16,11 +16,10 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::api::problem::Problem;
-use crate::inbox::{self, InboxError};
+use crate::inbox::{Inbox, InboxError};
 use crate::model::{Subscriber, Timestamp};
 use crate::registry::kinds::http::display_url;
-use crate::registry::live::SubscriberError;
-use crate::state::AppState;
+use crate::registry::live::{LiveRegistry, SubscriberError};
 use crate::store::{Store, StoreError};
 
 /// The body of `POST /subscribers`.
@@ -96,7 +95,7 @@ fn rejected(e: &SubscriberError) -> Problem {
 /// Checks a subscriber before it is stored: no NUL byte in any text (PostgreSQL
 /// refuses them, which would turn a typo into a 503 on every attempt), and a valid
 /// route.
-fn validate(app: &AppState, s: &Subscriber) -> Result<(), Problem> {
+fn validate(registry: &LiveRegistry, s: &Subscriber) -> Result<(), Problem> {
     let texts = [
         Some(&s.name),
         Some(&s.url),
@@ -113,7 +112,7 @@ fn validate(app: &AppState, s: &Subscriber) -> Result<(), Problem> {
                 .detail("a subscriber's fields may not contain a NUL byte"),
         );
     }
-    app.registry.route_of(s).map(drop).map_err(|e| rejected(&e))
+    registry.route_of(s).map(drop).map_err(|e| rejected(&e))
 }
 
 fn taken(name: &str) -> Problem {
@@ -127,20 +126,22 @@ fn unavailable(e: impl std::fmt::Display) -> Problem {
 
 /// Runs a change to the stored subscribers through the inbox, which reloads the
 /// routing table after the commit even if the client hangs up.
-async fn change<F>(app: &AppState, write: impl FnOnce(Arc<dyn Store>) -> F) -> Result<bool, Problem>
+async fn change<F>(inbox: &Inbox, write: impl FnOnce(Arc<dyn Store>) -> F) -> Result<bool, Problem>
 where
     F: Future<Output = Result<bool, StoreError>> + Send + 'static,
 {
-    inbox::change_subscribers(app, write)
-        .await
-        .map_err(|e| match e {
-            InboxError::Store(e) => unavailable(e),
-            other => Problem::internal(&other),
-        })
+    inbox.change_subscribers(write).await.map_err(|e| match e {
+        InboxError::Store(e) => unavailable(e),
+        other => Problem::internal(&other),
+    })
 }
 
 /// `POST /subscribers` → 201.
-pub async fn create(State(app): State<AppState>, body: Bytes) -> Result<Response, Problem> {
+pub async fn create(
+    State(inbox): State<Inbox>,
+    State(registry): State<Arc<LiveRegistry>>,
+    body: Bytes,
+) -> Result<Response, Problem> {
     let c: Create = parse(&body)?;
     let now = Timestamp::now();
     let s = Subscriber {
@@ -155,12 +156,12 @@ pub async fn create(State(app): State<AppState>, body: Bytes) -> Result<Response
         created_at: now,
         updated_at: now,
     };
-    validate(&app, &s)?;
-    if app.registry.is_manifest(&s.name) {
+    validate(&registry, &s)?;
+    if registry.is_manifest(&s.name) {
         return Err(taken(&s.name));
     }
     let stored = s.clone();
-    if !change(&app, |store| async move {
+    if !change(&inbox, |store| async move {
         store.insert_subscriber(stored).await
     })
     .await?
@@ -198,12 +199,14 @@ pub async fn read(
 
 /// `PATCH /subscribers/{name}`.
 pub async fn patch(
-    State(app): State<AppState>,
+    State(inbox): State<Inbox>,
+    State(registry): State<Arc<LiveRegistry>>,
+    State(store): State<Arc<dyn Store>>,
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Response, Problem> {
     let p: Patch = parse(&body)?;
-    let mut s = find(&*app.store, &name).await?;
+    let mut s = find(&*store, &name).await?;
     if let Some(v) = p.event_types {
         s.event_types = v;
     }
@@ -226,9 +229,9 @@ pub async fn patch(
         s.active = v;
     }
     s.updated_at = Timestamp::now();
-    validate(&app, &s)?;
+    validate(&registry, &s)?;
     let stored = s.clone();
-    if !change(&app, |store| async move {
+    if !change(&inbox, |store| async move {
         store.update_subscriber(stored).await
     })
     .await?
@@ -241,11 +244,11 @@ pub async fn patch(
 /// `DELETE /subscribers/{name}` → 204. Its unfinished deliveries dead-letter when
 /// their turn comes ("no handler named …"); re-create it and replay them.
 pub async fn delete(
-    State(app): State<AppState>,
+    State(inbox): State<Inbox>,
     Path(name): Path<String>,
 ) -> Result<Response, Problem> {
     let deleted = name.clone();
-    if !change(&app, |store| async move {
+    if !change(&inbox, |store| async move {
         store.delete_subscriber(&deleted).await
     })
     .await?
