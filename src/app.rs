@@ -14,9 +14,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::ops::Deref;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -25,15 +23,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::config::{Config, Secret};
-use crate::layers::backpressure::LoadSignal;
-use crate::processing::claims::Claims;
-use crate::processing::dispatch::Dispatch;
-use crate::processing::job::Job;
-use crate::processing::ordering::OrderingGate;
-use crate::processing::queue::Queue;
-use crate::processing::timer::Timer;
-use crate::processing::worker::{Feeder, Workers};
+use crate::config::Config;
+use crate::inbox::{Processing, Started, new_pair};
+use crate::processing::worker::Workers;
 use crate::registry::Registry;
 use crate::registry::live::LiveRegistry;
 use crate::registry::manifest::{self, ManifestError};
@@ -41,9 +33,9 @@ use crate::retry::{Backoff, Policy};
 use crate::sources::Source;
 use crate::sources::live::Sources;
 use crate::ssrf::TargetGuard;
+use crate::state::{AdminToken, AppState, Lifecycle, MetricsExport, Shared};
 use crate::store::sqlite::SqliteStore;
 use crate::store::{ClaimStore, Store, StoreError};
-use crate::telemetry::names;
 
 /// Why the service could not start or run.
 #[derive(Debug, thiserror::Error)]
@@ -75,68 +67,6 @@ pub enum AppError {
 const SUPPORTED: &str = "sqlite://PATH and postgres://…";
 #[cfg(not(feature = "postgres"))]
 const SUPPORTED: &str = "sqlite://PATH; build with the postgres feature for postgres://…";
-
-/// Readiness and shutdown flags shared by the API and the background tasks.
-#[derive(Debug, Default)]
-pub struct Lifecycle {
-    ready: AtomicBool,
-    draining: AtomicBool,
-}
-
-impl Lifecycle {
-    /// True once startup recovery is complete.
-    pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
-    }
-
-    /// True once shutdown has begun.
-    pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Acquire)
-    }
-}
-
-/// Everything the request handlers share.
-pub struct Shared {
-    /// The database.
-    pub store: Arc<dyn Store>,
-    /// Where committed work goes: the in-memory queue (SQLite) or the claimers
-    /// (PostgreSQL).
-    pub(crate) dispatch: Arc<dyn Dispatch>,
-    /// What intake's backpressure reads: the same object as `dispatch`.
-    pub load: Arc<dyn LoadSignal>,
-    /// The routing table (manifests + subscribers).
-    pub registry: Arc<LiveRegistry>,
-    /// The push sources (`POST /ingest/{name}`), with their counters and rejected
-    /// logs.
-    pub sources: Arc<Sources>,
-    /// Strict per-key ordering on one instance (SQLite); `None` on PostgreSQL,
-    /// where the claim query enforces it.
-    pub(crate) gate: Option<Arc<OrderingGate>>,
-    /// `REQUIRE_IDEMPOTENCY_KEY`.
-    pub require_idempotency_key: bool,
-    /// `MAX_BODY_BYTES`.
-    pub max_body_bytes: usize,
-    /// `ADMIN_TOKEN`.
-    pub admin_token: Option<Secret>,
-    /// `METRICS_PUBLIC`.
-    pub metrics_public: bool,
-    /// Renders `/metrics`; `None` when no Prometheus recorder is installed.
-    pub prometheus: Option<PrometheusHandle>,
-    /// Ready / draining.
-    pub lifecycle: Lifecycle,
-}
-
-/// Cheap-to-clone handle on [`Shared`], the axum state.
-#[derive(Clone)]
-pub struct AppState(Arc<Shared>);
-
-impl Deref for AppState {
-    type Target = Shared;
-
-    fn deref(&self) -> &Shared {
-        &self.0
-    }
-}
 
 /// An opened database.
 pub struct Backend {
@@ -174,14 +104,6 @@ pub async fn open_backend(config: &Config) -> Result<Backend, AppError> {
 /// Opens the store a configuration names (and applies its migrations).
 pub async fn open_store(config: &Config) -> Result<Arc<dyn Store>, AppError> {
     Ok(open_backend(config).await?.store)
-}
-
-/// How this instance gets its work, which depends on the database.
-enum Processing {
-    /// SQLite, one instance: the in-memory queue is the queue.
-    Local(Arc<Queue<Job>>),
-    /// PostgreSQL, any number of instances: the database is the queue.
-    Shared(Arc<Claims>),
 }
 
 /// The global retry policy of a configuration.
@@ -263,38 +185,28 @@ impl App {
         let live = LiveRegistry::new(registry, client, guard, policy(&config));
         live.reload(&backend.store.subscribers().await?)
             .map_err(|e| AppError::Http(e.to_string()))?;
-        let (processing, dispatch, load): (_, Arc<dyn Dispatch>, Arc<dyn LoadSignal>) =
-            match backend.claims {
-                None => {
-                    let queue = Queue::new(config.queue_maxsize);
-                    (Processing::Local(queue.clone()), queue.clone(), queue)
-                }
-                Some(claims) => {
-                    let claims = Claims::new(
-                        claims,
-                        config.queue_maxsize,
-                        config.worker_count,
-                        config.lease_timeout,
-                    );
-                    (Processing::Shared(claims.clone()), claims.clone(), claims)
-                }
-            };
-        let gate =
-            matches!(processing, Processing::Local(_)).then(|| Arc::new(OrderingGate::default()));
-        let state = AppState(Arc::new(Shared {
+        let registry = Arc::new(live);
+        let (inbox, processing) = new_pair(
+            &config,
+            backend.store.clone(),
+            backend.claims,
+            registry.clone(),
+        );
+        let state = AppState::new(Shared {
             store: backend.store,
-            dispatch,
-            load,
-            registry: Arc::new(live),
+            load: inbox.load(),
+            inbox,
+            registry,
             sources: Arc::new(Sources::new(sources)),
-            gate,
             require_idempotency_key: config.require_idempotency_key,
             max_body_bytes: config.max_body_bytes,
-            admin_token: config.admin_token.clone(),
-            metrics_public: config.metrics_public,
-            prometheus,
-            lifecycle: Lifecycle::default(),
-        }));
+            admin_token: AdminToken::new(config.admin_token.clone()),
+            metrics: MetricsExport {
+                public: config.metrics_public,
+                prometheus,
+            },
+            lifecycle: Arc::new(Lifecycle::default()),
+        });
         let listener = TcpListener::bind(config.bind_addr)
             .await
             .map_err(|source| AppError::Bind {
@@ -366,25 +278,19 @@ async fn run_workers(
 ) -> Result<(), AppError> {
     let store = state.store.clone();
     let (stop_claiming, stop_leases) = (CancellationToken::new(), CancellationToken::new());
-    let (queue, feed, claim_tasks): (_, Arc<dyn Feeder>, _) = match &processing {
-        Processing::Local(queue) => {
-            let timer = Timer::start(queue.clone());
-            recover(&*store, queue, state.gate.as_deref(), &timer).await?;
-            (queue.clone(), Arc::new(timer), None)
-        }
-        Processing::Shared(claims) => {
-            // The database is the queue: recovery is the claim query itself, which
-            // also takes over the deliveries whose lease expired.
-            claims.refresh_backlog().await?;
-            let tasks = claims.spawn(&stop_claiming, &stop_leases);
-            (claims.queue(), Arc::new(claims.clone()), Some(tasks))
-        }
-    };
+    let Started {
+        queue,
+        feed,
+        gate,
+        tasks,
+    } = processing
+        .start(&state.inbox, &stop_claiming, &stop_leases)
+        .await?;
     let crew = Workers {
         queue: queue.clone(),
         store: store.clone(),
         registry: state.registry.clone(),
-        gate: state.gate.clone(),
+        gate,
         feed,
         recorders: tokio_util::task::TaskTracker::new(),
     };
@@ -397,15 +303,12 @@ async fn run_workers(
         config.retention_days,
         config.cleanup_interval,
     ));
-    // Other instances change subscribers too (PostgreSQL): follow the database.
-    let follow = matches!(processing, Processing::Shared(_))
-        .then(|| tokio::spawn(follow_subscribers(state.clone())));
-    state.0.lifecycle.ready.store(true, Ordering::Release);
+    state.lifecycle.set_ready();
     info!(workers = config.worker_count, "ready");
 
     shutdown.await;
     info!("shutting down: refusing new events, draining workers");
-    state.0.lifecycle.draining.store(true, Ordering::Release);
+    state.lifecycle.set_draining();
     stop_claiming.cancel();
     queue.close();
     crew.recorders.close();
@@ -420,96 +323,12 @@ async fn run_workers(
         warn!(grace = ?config.shutdown_grace, "workers still busy after the grace period; recovery will redo their jobs");
     }
     retention.abort();
-    if let Some(follow) = follow {
-        follow.abort();
-    }
-    if let Processing::Shared(claims) = &processing {
-        stop_leases.cancel();
-        if tokio::time::timeout(Duration::from_secs(5), claims.release())
-            .await
-            .is_err()
-        {
-            warn!("releasing claims timed out; they are rescued when their lease expires");
-        }
-    }
-    drop(claim_tasks);
+    stop_leases.cancel();
+    processing.release().await;
+    drop(tasks);
     stop_http.cancel();
     match tokio::time::timeout(Duration::from_secs(5), http).await {
         Ok(Ok(Err(e))) => Err(AppError::Serve(e)),
         _ => Ok(()),
-    }
-}
-
-/// Pushes every unfinished delivery and unsettled event (docs/states.md, "Recovery
-/// after a crash or restart"), whatever
-/// the queue's bound; retries that are not due yet wait in the timer.
-async fn recover(
-    store: &dyn Store,
-    queue: &Queue<Job>,
-    gate: Option<&OrderingGate>,
-    timer: &Timer,
-) -> Result<(), StoreError> {
-    let left = store.unfinished().await?;
-    let (deliveries, unsettled) = (left.deliveries.len(), left.unsettled.len());
-    let now = crate::model::Timestamp::now();
-    let mut due = Vec::with_capacity(deliveries + unsettled);
-    for d in left.deliveries {
-        if let (Some(gate), Some(value)) = (gate, &d.ordering_value) {
-            gate.register(&d.handler, value, d.delivery);
-        }
-        let job = Job::deliver(d.delivery, d.event);
-        match d.retry_after.filter(|t| *t > now) {
-            Some(at) => timer.at(job, at),
-            None => due.push(job),
-        }
-    }
-    due.extend(left.unsettled.into_iter().map(Job::Settle));
-    queue.extend(due);
-    if deliveries + unsettled > 0 {
-        info!(deliveries, unsettled, "recovered unfinished work");
-    }
-    Ok(())
-}
-
-/// How often an instance sharing PostgreSQL re-reads the subscribers.
-pub const SUBSCRIBER_REFRESH: Duration = Duration::from_secs(1);
-
-/// Reloads the routing table whenever the stored subscribers change (another
-/// instance created, changed or deleted one).
-async fn follow_subscribers(state: AppState) {
-    let mut known = Vec::new();
-    let mut tick = tokio::time::interval(SUBSCRIBER_REFRESH);
-    loop {
-        tick.tick().await;
-        match state.store.subscribers().await {
-            Ok(now) if now != known => {
-                if let Err(e) = state.registry.reload(&now) {
-                    warn!(error = %e, "could not apply the subscribers");
-                }
-                known = now;
-            }
-            Ok(_) => {}
-            Err(e) => warn!(error = %e, "could not read the subscribers"),
-        }
-    }
-}
-
-/// Sets the gauges of `/metrics` (docs/api.md, "Probes and metrics") when it is
-/// scraped. The store's
-/// counts are computed at most once a second however often it is scraped
-/// ([`crate::store::STATS_MAX_AGE`]); the queue's are read as they are.
-pub async fn update_gauges(state: &AppState) {
-    metrics::gauge!(names::QUEUE_CAPACITY).set(state.dispatch.capacity() as f64);
-    metrics::gauge!(names::QUEUE_DEPTH).set(state.dispatch.depth() as f64);
-    match state.store.stats().await {
-        Ok(stats) => {
-            metrics::gauge!(names::EVENTS_PENDING).set(stats.pending_events as f64);
-            metrics::gauge!(names::DEAD_LETTERS).set(stats.dead_letters as f64);
-            let age = stats.oldest_pending.map_or(0.0, |t| {
-                (crate::model::Timestamp::now().millis() - t.millis()).max(0) as f64 / 1000.0
-            });
-            metrics::gauge!(names::OLDEST_PENDING_AGE).set(age);
-        }
-        Err(e) => warn!(error = %e, "could not read the store's counts for /metrics"),
     }
 }

@@ -1,13 +1,22 @@
 //! The one path in: commit, then hand what was committed to processing.
 //!
-//! Every writer of new work goes through here: intake ([`accept`]), replay
-//! ([`replay`]) and the subscribers API ([`change_subscribers`]). Each runs its
-//! commit *and* the step after it (queueing the jobs, releasing the ordering gate,
-//! reloading the routing table) in a task of its own that the request only awaits.
-//! A client that hangs up makes the server drop the request's future, which used to
-//! cancel it between the commit and the hand-off: the event stayed `pending` until a
-//! restart, and an ordered key was blocked behind it. A dropped request now drops
-//! only its wait for the answer; the task runs to its end.
+//! [`Inbox`] is built once at startup by [`new_pair`], which is where the choice
+//! between the backends is made: on SQLite (one instance) committed work goes to
+//! the in-memory queue and an ordering gate keeps per-key order; on PostgreSQL
+//! (several instances) the database is the queue, committed work wakes the
+//! claimers, and the claim query keeps the order. The pair's other half,
+//! [`Processing`], is what the app starts the workers with.
+//!
+//! Every writer of new work goes through the inbox: intake and the sources
+//! ([`Inbox::accept`]), replay ([`Inbox::replay`]), the subscribers API
+//! ([`Inbox::change_subscribers`]) and startup recovery ([`Inbox::recover`]). The
+//! first three run their commit *and* the step after it (queueing the jobs,
+//! releasing the ordering gate, reloading the routing table) in a task of its own
+//! that the request only awaits. A client that hangs up makes the server drop the
+//! request's future, which used to cancel it between the commit and the hand-off:
+//! the event stayed `pending` until a restart, and an ordered key was blocked
+//! behind it. A dropped request now drops only its wait for the answer; the task
+//! runs to its end.
 //!
 //! Ordered deliveries take their place in line before their commit (in the ordering
 //! gate of processing); a drop guard gives the place back when the commit does not
@@ -15,12 +24,25 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
-use crate::app::AppState;
-use crate::model::NewEvent;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+use uuid::Uuid;
+
+use crate::config::Config;
+use crate::layers::backpressure::LoadSignal;
+use crate::model::{NewEvent, Timestamp};
+use crate::processing::claims::Claims;
+use crate::processing::dispatch::Dispatch;
 use crate::processing::job::Job;
 use crate::processing::ordering::OrderingGate;
-use crate::store::{Inserted, PendingDelivery, ReplayFilter, Store, StoreError};
+use crate::processing::queue::Queue;
+use crate::processing::timer::Timer;
+use crate::processing::worker::Feeder;
+use crate::registry::live::LiveRegistry;
+use crate::store::{ClaimStore, Inserted, PendingDelivery, ReplayFilter, Store, StoreError};
 
 /// Why committing through the inbox failed.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +56,153 @@ pub enum InboxError {
     /// The commit task panicked or was cancelled by the runtime's shutdown.
     #[error("the commit task ended abnormally: {0}")]
     Task(String),
+}
+
+/// The one path in: commits new work and hands it to processing. Cheap to clone.
+#[derive(Clone)]
+pub struct Inbox(Arc<Parts>);
+
+/// What the inbox is made of; the backend-specific parts are chosen by
+/// [`new_pair`].
+struct Parts {
+    store: Arc<dyn Store>,
+    registry: Arc<LiveRegistry>,
+    /// Where committed work goes: the in-memory queue (SQLite) or the claimers
+    /// (PostgreSQL).
+    dispatch: Arc<dyn Dispatch>,
+    /// What intake's backpressure reads: the same object as `dispatch`.
+    load: Arc<dyn LoadSignal>,
+    /// Strict per-key ordering on one instance (SQLite); `None` on PostgreSQL,
+    /// where the claim query enforces it.
+    gate: Option<Arc<OrderingGate>>,
+}
+
+/// How this instance's workers get their work: the other half of [`new_pair`].
+pub(crate) enum Processing {
+    /// SQLite, one instance: the in-memory queue is the queue.
+    Local {
+        /// The queue the inbox fills and the workers take from.
+        queue: Arc<Queue<Job>>,
+        /// The ordering gate the inbox shares.
+        gate: Arc<OrderingGate>,
+    },
+    /// PostgreSQL, any number of instances: the database is the queue.
+    Shared(Arc<Claims>),
+}
+
+/// Builds the inbox and the processing it hands work to, for the database opened:
+/// the one place that chooses between one instance on SQLite (`claims` is `None`)
+/// and several sharing PostgreSQL.
+pub(crate) fn new_pair(
+    config: &Config,
+    store: Arc<dyn Store>,
+    claims: Option<Arc<dyn ClaimStore>>,
+    registry: Arc<LiveRegistry>,
+) -> (Inbox, Processing) {
+    let (processing, dispatch, load, gate): (_, Arc<dyn Dispatch>, Arc<dyn LoadSignal>, _) =
+        match claims {
+            None => {
+                let queue = Queue::new(config.queue_maxsize);
+                let gate = Arc::new(OrderingGate::default());
+                let processing = Processing::Local {
+                    queue: queue.clone(),
+                    gate: gate.clone(),
+                };
+                (processing, queue.clone(), queue, Some(gate))
+            }
+            Some(claims) => {
+                let claims = Claims::new(
+                    claims,
+                    config.queue_maxsize,
+                    config.worker_count,
+                    config.lease_timeout,
+                );
+                (
+                    Processing::Shared(claims.clone()),
+                    claims.clone(),
+                    claims,
+                    None,
+                )
+            }
+        };
+    let inbox = Inbox(Arc::new(Parts {
+        store,
+        registry,
+        dispatch,
+        load,
+        gate,
+    }));
+    (inbox, processing)
+}
+
+/// What the workers run with once [`Processing::start`] has loaded or begun
+/// claiming the work.
+pub(crate) struct Started {
+    /// Where the workers take jobs from.
+    pub(crate) queue: Arc<Queue<Job>>,
+    /// Who fills `queue` besides the inbox.
+    pub(crate) feed: Arc<dyn Feeder>,
+    /// The ordering gate (one instance).
+    pub(crate) gate: Option<Arc<OrderingGate>>,
+    /// Background tasks (claiming, leases, following the subscribers); dropping
+    /// the set aborts them.
+    pub(crate) tasks: JoinSet<()>,
+}
+
+impl Processing {
+    /// Recovery, then the feed: on SQLite every unfinished delivery goes into the
+    /// queue through the inbox ([`Inbox::recover`]) and the retry timer starts; on
+    /// PostgreSQL the claim query is the recovery (it also takes over deliveries
+    /// whose lease expired), so the claim loop starts, which stops when
+    /// `claiming` is cancelled, and the rest (leases, backlog, following the
+    /// subscribers that other instances change) when `rest` is.
+    pub(crate) async fn start(
+        &self,
+        inbox: &Inbox,
+        claiming: &CancellationToken,
+        rest: &CancellationToken,
+    ) -> Result<Started, StoreError> {
+        match self {
+            Self::Local { queue, gate } => {
+                let timer = Timer::start(queue.clone());
+                inbox.recover(&timer).await?;
+                Ok(Started {
+                    queue: queue.clone(),
+                    feed: Arc::new(timer),
+                    gate: Some(gate.clone()),
+                    tasks: JoinSet::new(),
+                })
+            }
+            Self::Shared(claims) => {
+                claims.refresh_backlog().await?;
+                let mut tasks = claims.spawn(claiming, rest);
+                let (stop, follow) = (rest.clone(), inbox.clone().follow_subscribers());
+                tasks.spawn(async move {
+                    stop.run_until_cancelled_owned(follow).await;
+                });
+                Ok(Started {
+                    queue: claims.queue(),
+                    feed: Arc::new(claims.clone()),
+                    gate: None,
+                    tasks,
+                })
+            }
+        }
+    }
+
+    /// After the workers stopped: on PostgreSQL gives back what this instance
+    /// still holds, so that other instances take it at once rather than after the
+    /// lease; nothing to do on SQLite.
+    pub(crate) async fn release(&self) {
+        if let Self::Shared(claims) = self {
+            if tokio::time::timeout(Duration::from_secs(5), claims.release())
+                .await
+                .is_err()
+            {
+                warn!("releasing claims timed out; they are rescued when their lease expires");
+            }
+        }
+    }
 }
 
 /// Runs `work` in a task of its own and waits for it: dropping the caller does not
@@ -51,29 +220,24 @@ where
 /// The ordered deliveries of one new event, registered with the gate; dropped
 /// without [`Place::keep`], it releases them (and queues whoever they held back).
 struct Place {
-    app: AppState,
-    gate: Option<Arc<OrderingGate>>,
-    ordered: Vec<(String, String, uuid::Uuid)>,
+    inbox: Inbox,
+    ordered: Vec<(String, String, Uuid)>,
 }
 
 impl Place {
-    fn take(app: &AppState, event: &NewEvent) -> Self {
-        let gate = app.gate.clone();
-        let ordered: Vec<_> = match &gate {
-            None => Vec::new(),
-            Some(gate) => event
-                .deliveries
-                .iter()
-                .filter_map(|d| {
-                    let value = d.ordering_value.clone()?;
-                    gate.register(&d.handler, &value, d.id);
-                    Some((d.handler.clone(), value, d.id))
-                })
-                .collect(),
-        };
+    fn take(inbox: &Inbox, event: &NewEvent) -> Self {
+        let ordered = event
+            .deliveries
+            .iter()
+            .filter_map(|d| {
+                let value = d.ordering_value.clone()?;
+                inbox
+                    .line_up(&d.handler, &value, d.id)
+                    .then(|| (d.handler.clone(), value, d.id))
+            })
+            .collect();
         Self {
-            app: app.clone(),
-            gate,
+            inbox: inbox.clone(),
             ordered,
         }
     }
@@ -86,100 +250,183 @@ impl Place {
 
 impl Drop for Place {
     fn drop(&mut self) {
-        let Some(gate) = &self.gate else { return };
         let released: Vec<Job> = self
             .ordered
             .drain(..)
-            .filter_map(|(handler, value, delivery)| gate.finished(&handler, &value, delivery))
+            .filter_map(|(handler, value, delivery)| {
+                self.inbox.step_out(&handler, &value, delivery)
+            })
             .collect();
         if !released.is_empty() {
-            self.app.dispatch.submit(released);
+            self.inbox.0.dispatch.submit(released);
         }
     }
-}
-
-/// Commits a new event with its deliveries and hands its jobs to processing, or
-/// returns the event that already holds its key (nothing is queued then).
-pub async fn accept(app: &AppState, event: NewEvent) -> Result<Inserted, InboxError> {
-    let place = Place::take(app, &event);
-    let jobs = Job::for_new_event(&event);
-    let unrouted = event.deliveries.is_empty();
-    let app = app.clone();
-    detached(async move {
-        let inserted = app.store.insert_event(event).await?;
-        if inserted.created {
-            place.keep();
-            app.dispatch.submit(jobs);
-            count_received(&app, &inserted.event.event_type, unrouted);
-        }
-        Ok(inserted)
-    })
-    .await
-}
-
-/// Counts a new event in `hookbox_events_received_total` (labelled by the routing
-/// table) and, when no handler matched it, `hookbox_events_unrouted_total` — here,
-/// after the commit, so that an event whose sender hung up is counted too.
-fn count_received(app: &AppState, event_type: &str, unrouted: bool) {
-    use crate::telemetry::names;
-    let label = app.registry.current().event_type_label(event_type);
-    metrics::counter!(names::EVENTS_RECEIVED, "event_type" => label).increment(1);
-    if unrouted {
-        metrics::counter!(names::EVENTS_UNROUTED).increment(1);
-    }
-}
-
-/// Resets the failed deliveries `filter` selects to `pending` and queues them
-/// (ordered ones take their place in line first); returns them.
-pub async fn replay(
-    app: &AppState,
-    filter: ReplayFilter,
-) -> Result<Vec<PendingDelivery>, InboxError> {
-    let app = app.clone();
-    detached(async move {
-        let replayed = app.store.replay(filter).await?;
-        if let Some(gate) = &app.gate {
-            for d in &replayed {
-                if let Some(value) = &d.ordering_value {
-                    gate.register(&d.handler, value, d.delivery);
-                }
-            }
-        }
-        if !replayed.is_empty() {
-            app.dispatch.submit(
-                replayed
-                    .iter()
-                    .map(|d| Job::deliver(d.delivery, d.event))
-                    .collect(),
-            );
-        }
-        Ok(replayed)
-    })
-    .await
 }
 
 /// Serialises "read the subscribers, rebuild the table", so that two changes that
 /// finish together cannot install an older reading over a newer one.
 static RELOADING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Runs `write` (a change to the stored subscribers) and then rebuilds the routing
-/// table from what is stored, so a committed change is routed at once.
-pub async fn change_subscribers<T, W, F>(app: &AppState, write: W) -> Result<T, InboxError>
-where
-    T: Send + 'static,
-    W: FnOnce(Arc<dyn Store>) -> F,
-    F: Future<Output = Result<T, StoreError>> + Send + 'static,
-{
-    let change = write(app.store.clone());
-    let app = app.clone();
-    detached(async move {
-        let outcome = change.await?;
-        let _one_at_a_time = RELOADING.lock().await;
-        let all = app.store.subscribers().await?;
-        app.registry
-            .reload(&all)
-            .map_err(|e| InboxError::Routing(e.to_string()))?;
-        Ok(outcome)
-    })
-    .await
+/// How often an instance sharing PostgreSQL re-reads the subscribers.
+pub const SUBSCRIBER_REFRESH: Duration = Duration::from_secs(1);
+
+impl Inbox {
+    /// What intake's backpressure reads: how full processing is.
+    pub fn load(&self) -> Arc<dyn LoadSignal> {
+        self.0.load.clone()
+    }
+
+    /// Work waiting or running (`hookbox_queue_depth`).
+    pub fn depth(&self) -> usize {
+        self.0.dispatch.depth()
+    }
+
+    /// The bound at which intake answers 429 (`hookbox_queue_capacity`).
+    pub fn capacity(&self) -> usize {
+        self.0.dispatch.capacity()
+    }
+
+    /// Takes an ordered delivery's place in line (one instance, SQLite); false
+    /// where there is no line to take (PostgreSQL: the claim query orders).
+    fn line_up(&self, handler: &str, value: &str, delivery: Uuid) -> bool {
+        let Some(gate) = &self.0.gate else {
+            return false;
+        };
+        gate.register(handler, value, delivery);
+        true
+    }
+
+    /// Gives back a place taken by [`Inbox::line_up`] for a delivery that was not
+    /// created; returns the job it held back, if any.
+    fn step_out(&self, handler: &str, value: &str, delivery: Uuid) -> Option<Job> {
+        self.0.gate.as_ref()?.finished(handler, value, delivery)
+    }
+
+    /// Commits a new event with its deliveries and hands its jobs to processing, or
+    /// returns the event that already holds its key (nothing is queued then).
+    pub async fn accept(&self, event: NewEvent) -> Result<Inserted, InboxError> {
+        let place = Place::take(self, &event);
+        let jobs = Job::for_new_event(&event);
+        let unrouted = event.deliveries.is_empty();
+        let inbox = self.clone();
+        detached(async move {
+            let inserted = inbox.0.store.insert_event(event).await?;
+            if inserted.created {
+                place.keep();
+                inbox.0.dispatch.submit(jobs);
+                inbox.count_received(&inserted.event.event_type, unrouted);
+            }
+            Ok(inserted)
+        })
+        .await
+    }
+
+    /// Counts a new event in `hookbox_events_received_total` (labelled by the
+    /// routing table) and, when no handler matched it,
+    /// `hookbox_events_unrouted_total` — here, after the commit, so that an event
+    /// whose sender hung up is counted too.
+    fn count_received(&self, event_type: &str, unrouted: bool) {
+        use crate::telemetry::names;
+        let label = self.0.registry.current().event_type_label(event_type);
+        metrics::counter!(names::EVENTS_RECEIVED, "event_type" => label).increment(1);
+        if unrouted {
+            metrics::counter!(names::EVENTS_UNROUTED).increment(1);
+        }
+    }
+
+    /// Resets the failed deliveries `filter` selects to `pending` and queues them
+    /// (ordered ones take their place in line first); returns them.
+    pub async fn replay(&self, filter: ReplayFilter) -> Result<Vec<PendingDelivery>, InboxError> {
+        let inbox = self.clone();
+        detached(async move {
+            let replayed = inbox.0.store.replay(filter).await?;
+            for d in &replayed {
+                if let Some(value) = &d.ordering_value {
+                    inbox.line_up(&d.handler, value, d.delivery);
+                }
+            }
+            if !replayed.is_empty() {
+                inbox.0.dispatch.submit(
+                    replayed
+                        .iter()
+                        .map(|d| Job::deliver(d.delivery, d.event))
+                        .collect(),
+                );
+            }
+            Ok(replayed)
+        })
+        .await
+    }
+
+    /// Pushes every unfinished delivery and unsettled event (docs/states.md,
+    /// "Recovery after a crash or restart") to processing, whatever the queue's
+    /// bound; retries that are not due yet wait in `later` (the retry timer).
+    pub(crate) async fn recover(&self, later: &dyn Feeder) -> Result<(), StoreError> {
+        let left = self.0.store.unfinished().await?;
+        let (deliveries, unsettled) = (left.deliveries.len(), left.unsettled.len());
+        let now = Timestamp::now();
+        let mut due = Vec::with_capacity(deliveries + unsettled);
+        for d in left.deliveries {
+            if let Some(value) = &d.ordering_value {
+                self.line_up(&d.handler, value, d.delivery);
+            }
+            let job = Job::deliver(d.delivery, d.event);
+            match d.retry_after.filter(|t| *t > now) {
+                Some(at) => {
+                    later.hold_until(job, at);
+                }
+                None => due.push(job),
+            }
+        }
+        due.extend(left.unsettled.into_iter().map(Job::Settle));
+        self.0.dispatch.submit(due);
+        if deliveries + unsettled > 0 {
+            info!(deliveries, unsettled, "recovered unfinished work");
+        }
+        Ok(())
+    }
+
+    /// Runs `write` (a change to the stored subscribers) and then rebuilds the
+    /// routing table from what is stored, so a committed change is routed at once.
+    pub async fn change_subscribers<T, W, F>(&self, write: W) -> Result<T, InboxError>
+    where
+        T: Send + 'static,
+        W: FnOnce(Arc<dyn Store>) -> F,
+        F: Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
+        let change = write(self.0.store.clone());
+        let inbox = self.clone();
+        detached(async move {
+            let outcome = change.await?;
+            let _one_at_a_time = RELOADING.lock().await;
+            let all = inbox.0.store.subscribers().await?;
+            inbox
+                .0
+                .registry
+                .reload(&all)
+                .map_err(|e| InboxError::Routing(e.to_string()))?;
+            Ok(outcome)
+        })
+        .await
+    }
+
+    /// Reloads the routing table whenever the stored subscribers change (another
+    /// instance created, changed or deleted one); runs until dropped.
+    async fn follow_subscribers(self) {
+        let mut known = Vec::new();
+        let mut tick = tokio::time::interval(SUBSCRIBER_REFRESH);
+        loop {
+            tick.tick().await;
+            match self.0.store.subscribers().await {
+                Ok(now) if now != known => {
+                    if let Err(e) = self.0.registry.reload(&now) {
+                        warn!(error = %e, "could not apply the subscribers");
+                    }
+                    known = now;
+                }
+                Ok(_) => {}
+                Err(e) => warn!(error = %e, "could not read the subscribers"),
+            }
+        }
+    }
 }

@@ -29,7 +29,7 @@
 //!   layers` puts them around a small payments API).
 //!
 //! The rest is how the service is built: [`inbox`] commits and hands work to
-//! processing, [`api`] holds the routes, [`server`] the HTTP front door (timeouts,
+//! processing, [`api`] holds the routes and [`state`] what they share, [`server`] the HTTP front door (timeouts,
 //! header size, connection limit). Processing itself — the queue, retry timer,
 //! ordering gate, PostgreSQL claims and the workers — is internal to the crate.
 //!
@@ -69,5 +69,6 @@ pub mod server;
 pub mod signing;
 pub mod sources;
 pub mod ssrf;
+pub mod state;
 pub mod store;
 pub mod telemetry;

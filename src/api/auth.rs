@@ -9,11 +9,11 @@ use axum::response::Response;
 use subtle::ConstantTimeEq;
 
 use crate::api::problem::Problem;
-use crate::app::AppState;
+use crate::state::AdminToken;
 
 /// Ok when no token is configured or the request carries it.
-pub fn require_admin(app: &AppState, headers: &HeaderMap) -> Result<(), Problem> {
-    let Some(token) = &app.admin_token else {
+pub fn require_admin(admin: &AdminToken, headers: &HeaderMap) -> Result<(), Problem> {
+    let Some(token) = admin.secret() else {
         return Ok(());
     };
     let presented = headers
@@ -36,10 +36,10 @@ pub fn require_admin(app: &AppState, headers: &HeaderMap) -> Result<(), Problem>
 
 /// Middleware for routes that are admin-only as a whole.
 pub async fn admin_only(
-    State(app): State<AppState>,
+    State(admin): State<AdminToken>,
     req: Request,
     next: Next,
 ) -> Result<Response, Problem> {
-    require_admin(&app, req.headers())?;
+    require_admin(&admin, req.headers())?;
     Ok(next.run(req).await)
 }

@@ -7,6 +7,7 @@
 //! a single replay answers 409, a bulk replay `{"replayed": 0}`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Bytes;
@@ -18,14 +19,13 @@ use serde_json::json;
 
 use crate::api::problem::Problem;
 use crate::api::status::{page_limit, parse_id};
-use crate::app::AppState;
-use crate::inbox;
+use crate::inbox::Inbox;
 use crate::model::Timestamp;
-use crate::store::{PendingDelivery, ReplayFilter};
+use crate::store::{PendingDelivery, ReplayFilter, Store};
 
 /// `GET /dead-letters?limit=&cursor=`.
 pub async fn list(
-    State(app): State<AppState>,
+    State(store): State<Arc<dyn Store>>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Response, Problem> {
     let limit = page_limit(&params)?;
@@ -38,8 +38,7 @@ pub async fn list(
             })
         })
         .transpose()?;
-    let page = app
-        .store
+    let page = store
         .dead_letters(limit, before)
         .await
         .map_err(|e| Problem::unavailable(e.to_string()))?;
@@ -47,15 +46,17 @@ pub async fn list(
 }
 
 /// Replays through the inbox (the deliveries are queued even if the client hangs up).
-async fn replay(app: &AppState, filter: ReplayFilter) -> Result<Vec<PendingDelivery>, Problem> {
-    inbox::replay(app, filter)
+async fn replay(inbox: &Inbox, filter: ReplayFilter) -> Result<Vec<PendingDelivery>, Problem> {
+    inbox
+        .replay(filter)
         .await
         .map_err(|e| Problem::unavailable(e.to_string()))
 }
 
 /// `POST /webhooks/{id}/replay` → 202 with the event.
 pub async fn replay_event(
-    State(app): State<AppState>,
+    State(inbox): State<Inbox>,
+    State(store): State<Arc<dyn Store>>,
     Path(id): Path<String>,
 ) -> Result<Response, Problem> {
     let id = parse_id(&id)?;
@@ -63,9 +64,8 @@ pub async fn replay_event(
         event: Some(id),
         ..ReplayFilter::default()
     };
-    let replayed = replay(&app, filter).await?;
-    let event = app
-        .store
+    let replayed = replay(&inbox, filter).await?;
+    let event = store
         .event(id)
         .await
         .map_err(|e| Problem::unavailable(e.to_string()))?
@@ -91,7 +91,7 @@ struct BulkReplay {
 }
 
 /// `POST /dead-letters/replay` → `{"replayed": N}`.
-pub async fn replay_bulk(State(app): State<AppState>, body: Bytes) -> Result<Response, Problem> {
+pub async fn replay_bulk(State(inbox): State<Inbox>, body: Bytes) -> Result<Response, Problem> {
     let req: BulkReplay = if body.iter().all(u8::is_ascii_whitespace) {
         BulkReplay::default()
     } else {
@@ -114,6 +114,6 @@ pub async fn replay_bulk(State(app): State<AppState>, body: Bytes) -> Result<Res
         handler: req.handler,
         before,
     };
-    let replayed = replay(&app, filter).await?;
+    let replayed = replay(&inbox, filter).await?;
     Ok(Json(json!({ "replayed": replayed.len() })).into_response())
 }

@@ -25,9 +25,8 @@ use http::{HeaderMap, StatusCode};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::api::intake::{self, MAX_NAME_BYTES, ParsedIntake};
+use crate::api::intake::{self, Intake, MAX_NAME_BYTES, ParsedIntake};
 use crate::api::problem::Problem;
-use crate::app::AppState;
 use crate::json;
 use crate::layers::idempotency;
 use crate::model::{Timestamp, hex};
@@ -37,7 +36,7 @@ use crate::sources::verify::{Incoming, Verifier};
 
 /// The handler.
 pub async fn ingest(
-    State(app): State<AppState>,
+    State(app): State<Intake>,
     Path(name): Path<String>,
     request: axum::extract::Request,
 ) -> Response {
@@ -54,7 +53,7 @@ pub async fn ingest(
     let read = idempotency::buffer(
         &parts.headers,
         body,
-        app.max_body_bytes,
+        app.settings.max_body_bytes,
         intake::body_read_timeout(),
     );
     let body = match read.await {

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{FromRef, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
@@ -31,14 +31,16 @@ use tower::BoxError;
 use uuid::Uuid;
 
 use crate::api::problem::{Problem, ProblemCode};
-use crate::app::AppState;
-use crate::inbox;
+use crate::inbox::Inbox;
 use crate::json;
 use crate::layers::idempotency::{
     self, Begin, BoxFuture, CachedResponse, IdempotencyStore, Identity,
 };
 use crate::model::{NewDelivery, NewEvent, Timestamp, hex};
 use crate::registry::is_event_type_byte;
+use crate::registry::live::LiveRegistry;
+use crate::sources::live::Sources;
+use crate::state::{AppState, IntakeSettings, Lifecycle};
 use crate::store::{EventSummary, Inserted, Store};
 use crate::telemetry::names;
 
@@ -288,6 +290,34 @@ pub async fn count_rejections(res: Response) -> Response {
     res
 }
 
+/// What the intake routes (`POST /webhooks`, `POST /ingest/{name}`) use of the
+/// app's state: a [`FromRef`] sub-state of [`AppState`].
+#[derive(Clone)]
+pub struct Intake {
+    /// Commits the event and hands it to processing.
+    pub inbox: Inbox,
+    /// Routes the event to its handlers.
+    pub registry: Arc<LiveRegistry>,
+    /// The push sources (and the idempotency keys they own).
+    pub sources: Arc<Sources>,
+    /// Intake answers 503 once shutdown has begun.
+    pub lifecycle: Arc<Lifecycle>,
+    /// `REQUIRE_IDEMPOTENCY_KEY` and `MAX_BODY_BYTES`.
+    pub settings: IntakeSettings,
+}
+
+impl FromRef<AppState> for Intake {
+    fn from_ref(app: &AppState) -> Self {
+        Self {
+            inbox: app.inbox.clone(),
+            registry: app.registry.clone(),
+            sources: app.sources.clone(),
+            lifecycle: app.lifecycle.clone(),
+            settings: IntakeSettings::from_ref(app),
+        }
+    }
+}
+
 /// The intake handler (behind the backpressure and idempotency layers): parses,
 /// then [`commit`]s.
 ///
@@ -295,7 +325,7 @@ pub async fn count_rejections(res: Response) -> Response {
 /// extensions (moved out, not copied); without that layer in front it reads and
 /// parses the body itself.
 pub async fn intake(
-    State(app): State<AppState>,
+    State(app): State<Intake>,
     request: axum::extract::Request,
 ) -> Result<Response, Problem> {
     let (mut parts, body) = request.into_parts();
@@ -308,11 +338,11 @@ pub async fn intake(
             let body = idempotency::buffer(
                 &parts.headers,
                 body,
-                app.max_body_bytes,
+                app.settings.max_body_bytes,
                 body_read_timeout(),
             )
             .await?;
-            parse(&parts.headers, &body, app.require_idempotency_key)?
+            parse(&parts.headers, &body, app.settings.require_idempotency_key)?
         }
     };
     commit(&app, parsed, None).await
@@ -325,7 +355,7 @@ pub async fn intake(
 /// name). A `POST /webhooks` key inside a source's namespace (`{name}:…`) is
 /// refused: 422 `invalid_idempotency_key`.
 pub async fn commit(
-    app: &AppState,
+    app: &Intake,
     parsed: ParsedIntake,
     source: Option<String>,
 ) -> Result<Response, Problem> {
@@ -368,7 +398,7 @@ pub async fn commit(
         deliveries,
     };
     // The commit and the hand-off to processing run on even if the client hangs up.
-    let stored = match inbox::accept(app, event).await {
+    let stored = match app.inbox.accept(event).await {
         Ok(Inserted {
             event,
             created: true,

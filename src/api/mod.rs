@@ -23,11 +23,11 @@ use axum::middleware::{from_fn_with_state, map_response};
 use axum::routing::{get, post};
 use http::StatusCode;
 
-use crate::app::AppState;
 use crate::layers::backpressure::BackpressureLayer;
 use crate::layers::idempotency::IdempotencyLayer;
 use crate::layers::metrics::HttpMetricsLayer;
 use crate::layers::trace::request_tracing;
+use crate::state::AppState;
 use problem::Problem;
 
 /// Builds the whole router.

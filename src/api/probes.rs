@@ -1,14 +1,20 @@
 //! `/health`, `/ready` and `/metrics`.
 
+use std::sync::Arc;
+
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
+use tracing::warn;
 
 use crate::api::auth;
 use crate::api::problem::Problem;
-use crate::app::AppState;
+use crate::inbox::Inbox;
+use crate::state::{AdminToken, Lifecycle, MetricsExport};
+use crate::store::Store;
+use crate::telemetry::names;
 
 /// `GET /health`: 200 while the process runs.
 pub async fn health() -> Json<serde_json::Value> {
@@ -16,7 +22,10 @@ pub async fn health() -> Json<serde_json::Value> {
 }
 
 /// `GET /ready`: 200 once recovery is done and the database answers, until shutdown.
-pub async fn ready(State(app): State<AppState>) -> Response {
+pub async fn ready(
+    State(lifecycle): State<Arc<Lifecycle>>,
+    State(store): State<Arc<dyn Store>>,
+) -> Response {
     let not_ready = |why: &str| {
         (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -24,31 +33,57 @@ pub async fn ready(State(app): State<AppState>) -> Response {
         )
             .into_response()
     };
-    if app.lifecycle.is_draining() {
+    if lifecycle.is_draining() {
         return not_ready("shutting down");
     }
-    if !app.lifecycle.is_ready() {
+    if !lifecycle.is_ready() {
         return not_ready("starting: loading unfinished work");
     }
-    match app.store.ping().await {
+    match store.ping().await {
         Ok(()) => Json(json!({"status": "ready"})).into_response(),
         Err(e) => not_ready(&format!("database: {e}")),
     }
 }
 
 /// `GET /metrics`: Prometheus text (behind the admin token unless `METRICS_PUBLIC`).
-pub async fn metrics(State(app): State<AppState>, headers: HeaderMap) -> Result<Response, Problem> {
-    if !app.metrics_public {
-        auth::require_admin(&app, &headers)?;
+pub async fn metrics(
+    State(export): State<MetricsExport>,
+    State(admin): State<AdminToken>,
+    State(inbox): State<Inbox>,
+    State(store): State<Arc<dyn Store>>,
+    headers: HeaderMap,
+) -> Result<Response, Problem> {
+    if !export.public {
+        auth::require_admin(&admin, &headers)?;
     }
-    let Some(handle) = &app.prometheus else {
+    let Some(handle) = &export.prometheus else {
         return Err(Problem::not_found("metrics recorder"));
     };
-    crate::app::update_gauges(&app).await;
+    update_gauges(&inbox, &*store).await;
     let mut res = handle.render().into_response();
     res.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
     );
     Ok(res)
+}
+
+/// Sets the gauges of `/metrics` (docs/api.md, "Probes and metrics") when it is
+/// scraped. The store's
+/// counts are computed at most once a second however often it is scraped
+/// ([`crate::store::STATS_MAX_AGE`]); the queue's are read as they are.
+async fn update_gauges(inbox: &Inbox, store: &dyn Store) {
+    metrics::gauge!(names::QUEUE_CAPACITY).set(inbox.capacity() as f64);
+    metrics::gauge!(names::QUEUE_DEPTH).set(inbox.depth() as f64);
+    match store.stats().await {
+        Ok(stats) => {
+            metrics::gauge!(names::EVENTS_PENDING).set(stats.pending_events as f64);
+            metrics::gauge!(names::DEAD_LETTERS).set(stats.dead_letters as f64);
+            let age = stats.oldest_pending.map_or(0.0, |t| {
+                (crate::model::Timestamp::now().millis() - t.millis()).max(0) as f64 / 1000.0
+            });
+            metrics::gauge!(names::OLDEST_PENDING_AGE).set(age);
+        }
+        Err(e) => warn!(error = %e, "could not read the store's counts for /metrics"),
+    }
 }

@@ -3,13 +3,14 @@
 //! newest first). Both are this instance's, since it started (see
 //! [`crate::sources::live`]).
 
+use std::sync::Arc;
+
 use axum::Json;
 use axum::extract::{Path, State};
 use serde::Serialize;
 
 use crate::api::problem::Problem;
-use crate::app::AppState;
-use crate::sources::live::{RejectedRequest, SourceView};
+use crate::sources::live::{RejectedRequest, SourceView, Sources};
 
 /// A list answer: `{items: [...]}`.
 #[derive(Debug, Serialize)]
@@ -19,19 +20,18 @@ pub struct Items<T> {
 }
 
 /// `GET /sources` (admin).
-pub async fn list(State(app): State<AppState>) -> Json<Items<SourceView>> {
+pub async fn list(State(sources): State<Arc<Sources>>) -> Json<Items<SourceView>> {
     Json(Items {
-        items: app.sources.all().iter().map(|s| s.view()).collect(),
+        items: sources.all().iter().map(|s| s.view()).collect(),
     })
 }
 
 /// `GET /sources/{name}/rejected` (admin): 404 for an unknown source.
 pub async fn rejected(
-    State(app): State<AppState>,
+    State(sources): State<Arc<Sources>>,
     Path(name): Path<String>,
 ) -> Result<Json<Items<RejectedRequest>>, Problem> {
-    let source = app
-        .sources
+    let source = sources
         .get(&name)
         .ok_or_else(|| Problem::not_found("source"))?;
     Ok(Json(Items {

@@ -1,6 +1,7 @@
 //! Reading events: by id, by idempotency key, and the admin listing.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -11,9 +12,9 @@ use uuid::Uuid;
 
 use crate::api::auth;
 use crate::api::problem::Problem;
-use crate::app::AppState;
 use crate::model::Status;
-use crate::store::ListQuery;
+use crate::state::AdminToken;
+use crate::store::{ListQuery, Store};
 
 /// Largest `limit` of a listing.
 pub const MAX_PAGE: u32 = 500;
@@ -33,11 +34,11 @@ pub fn parse_id(text: &str) -> Result<Uuid, Problem> {
 
 /// `GET /webhooks/{id}`.
 pub async fn by_id(
-    State(app): State<AppState>,
+    State(store): State<Arc<dyn Store>>,
     Path(id): Path<String>,
 ) -> Result<Response, Problem> {
     let id = parse_id(&id)?;
-    match app.store.event(id).await {
+    match store.event(id).await {
         Ok(Some(event)) => Ok(Json(event).into_response()),
         Ok(None) => Err(Problem::not_found("event")),
         Err(e) => Err(Problem::unavailable(e.to_string())),
@@ -46,21 +47,21 @@ pub async fn by_id(
 
 /// `GET /webhooks?idempotency_key=K` (open) or the listing (admin).
 pub async fn lookup_or_list(
-    State(app): State<AppState>,
+    State(store): State<Arc<dyn Store>>,
+    State(admin): State<AdminToken>,
     headers: HeaderMap,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Response, Problem> {
     if let Some(key) = params.get("idempotency_key") {
-        return match app.store.event_by_key(key).await {
+        return match store.event_by_key(key).await {
             Ok(Some(event)) => Ok(Json(event).into_response()),
             Ok(None) => Err(Problem::not_found("event")),
             Err(e) => Err(Problem::unavailable(e.to_string())),
         };
     }
-    auth::require_admin(&app, &headers)?;
+    auth::require_admin(&admin, &headers)?;
     let query = list_query(&params)?;
-    let page = app
-        .store
+    let page = store
         .list_events(&query)
         .await
         .map_err(|e| Problem::unavailable(e.to_string()))?;

@@ -16,11 +16,10 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::api::problem::Problem;
-use crate::app::AppState;
-use crate::inbox::{self, InboxError};
+use crate::inbox::{Inbox, InboxError};
 use crate::model::{Subscriber, Timestamp};
 use crate::registry::kinds::http::display_url;
-use crate::registry::live::SubscriberError;
+use crate::registry::live::{LiveRegistry, SubscriberError};
 use crate::store::{Store, StoreError};
 
 /// The body of `POST /subscribers`.
@@ -96,7 +95,7 @@ fn rejected(e: &SubscriberError) -> Problem {
 /// Checks a subscriber before it is stored: no NUL byte in any text (PostgreSQL
 /// refuses them, which would turn a typo into a 503 on every attempt), and a valid
 /// route.
-fn validate(app: &AppState, s: &Subscriber) -> Result<(), Problem> {
+fn validate(registry: &LiveRegistry, s: &Subscriber) -> Result<(), Problem> {
     let texts = [
         Some(&s.name),
         Some(&s.url),
@@ -113,7 +112,7 @@ fn validate(app: &AppState, s: &Subscriber) -> Result<(), Problem> {
                 .detail("a subscriber's fields may not contain a NUL byte"),
         );
     }
-    app.registry.route_of(s).map(drop).map_err(|e| rejected(&e))
+    registry.route_of(s).map(drop).map_err(|e| rejected(&e))
 }
 
 fn taken(name: &str) -> Problem {
@@ -127,20 +126,22 @@ fn unavailable(e: impl std::fmt::Display) -> Problem {
 
 /// Runs a change to the stored subscribers through the inbox, which reloads the
 /// routing table after the commit even if the client hangs up.
-async fn change<F>(app: &AppState, write: impl FnOnce(Arc<dyn Store>) -> F) -> Result<bool, Problem>
+async fn change<F>(inbox: &Inbox, write: impl FnOnce(Arc<dyn Store>) -> F) -> Result<bool, Problem>
 where
     F: Future<Output = Result<bool, StoreError>> + Send + 'static,
 {
-    inbox::change_subscribers(app, write)
-        .await
-        .map_err(|e| match e {
-            InboxError::Store(e) => unavailable(e),
-            other => Problem::internal(&other),
-        })
+    inbox.change_subscribers(write).await.map_err(|e| match e {
+        InboxError::Store(e) => unavailable(e),
+        other => Problem::internal(&other),
+    })
 }
 
 /// `POST /subscribers` → 201.
-pub async fn create(State(app): State<AppState>, body: Bytes) -> Result<Response, Problem> {
+pub async fn create(
+    State(inbox): State<Inbox>,
+    State(registry): State<Arc<LiveRegistry>>,
+    body: Bytes,
+) -> Result<Response, Problem> {
     let c: Create = parse(&body)?;
     let now = Timestamp::now();
     let s = Subscriber {
@@ -155,12 +156,12 @@ pub async fn create(State(app): State<AppState>, body: Bytes) -> Result<Response
         created_at: now,
         updated_at: now,
     };
-    validate(&app, &s)?;
-    if app.registry.is_manifest(&s.name) {
+    validate(&registry, &s)?;
+    if registry.is_manifest(&s.name) {
         return Err(taken(&s.name));
     }
     let stored = s.clone();
-    if !change(&app, |store| async move {
+    if !change(&inbox, |store| async move {
         store.insert_subscriber(stored).await
     })
     .await?
@@ -175,14 +176,14 @@ pub async fn create(State(app): State<AppState>, body: Bytes) -> Result<Response
 }
 
 /// `GET /subscribers`.
-pub async fn list(State(app): State<AppState>) -> Result<Response, Problem> {
-    let all = app.store.subscribers().await.map_err(unavailable)?;
+pub async fn list(State(store): State<Arc<dyn Store>>) -> Result<Response, Problem> {
+    let all = store.subscribers().await.map_err(unavailable)?;
     let items: Vec<_> = all.iter().map(view).collect();
     Ok(Json(json!({ "items": items })).into_response())
 }
 
-async fn find(app: &AppState, name: &str) -> Result<Subscriber, Problem> {
-    let all = app.store.subscribers().await.map_err(unavailable)?;
+async fn find(store: &dyn Store, name: &str) -> Result<Subscriber, Problem> {
+    let all = store.subscribers().await.map_err(unavailable)?;
     all.into_iter()
         .find(|s| s.name == name)
         .ok_or_else(|| Problem::not_found("subscriber"))
@@ -190,20 +191,22 @@ async fn find(app: &AppState, name: &str) -> Result<Subscriber, Problem> {
 
 /// `GET /subscribers/{name}`.
 pub async fn read(
-    State(app): State<AppState>,
+    State(store): State<Arc<dyn Store>>,
     Path(name): Path<String>,
 ) -> Result<Response, Problem> {
-    Ok(Json(view(&find(&app, &name).await?)).into_response())
+    Ok(Json(view(&find(&*store, &name).await?)).into_response())
 }
 
 /// `PATCH /subscribers/{name}`.
 pub async fn patch(
-    State(app): State<AppState>,
+    State(inbox): State<Inbox>,
+    State(registry): State<Arc<LiveRegistry>>,
+    State(store): State<Arc<dyn Store>>,
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Response, Problem> {
     let p: Patch = parse(&body)?;
-    let mut s = find(&app, &name).await?;
+    let mut s = find(&*store, &name).await?;
     if let Some(v) = p.event_types {
         s.event_types = v;
     }
@@ -226,9 +229,9 @@ pub async fn patch(
         s.active = v;
     }
     s.updated_at = Timestamp::now();
-    validate(&app, &s)?;
+    validate(&registry, &s)?;
     let stored = s.clone();
-    if !change(&app, |store| async move {
+    if !change(&inbox, |store| async move {
         store.update_subscriber(stored).await
     })
     .await?
@@ -241,11 +244,11 @@ pub async fn patch(
 /// `DELETE /subscribers/{name}` → 204. Its unfinished deliveries dead-letter when
 /// their turn comes ("no handler named …"); re-create it and replay them.
 pub async fn delete(
-    State(app): State<AppState>,
+    State(inbox): State<Inbox>,
     Path(name): Path<String>,
 ) -> Result<Response, Problem> {
     let deleted = name.clone();
-    if !change(&app, |store| async move {
+    if !change(&inbox, |store| async move {
         store.delete_subscriber(&deleted).await
     })
     .await?
