@@ -413,18 +413,18 @@ impl Inbox {
     /// Reloads the routing table whenever the stored subscribers change (another
     /// instance created, changed or deleted one); runs until dropped.
     async fn follow_subscribers(self) {
-        let mut known = Vec::new();
         let mut tick = tokio::time::interval(SUBSCRIBER_REFRESH);
         loop {
             tick.tick().await;
+            // Under the lock of local changes, so that an older reading never
+            // replaces a newer one installed meanwhile.
+            let _one_at_a_time = RELOADING.lock().await;
             match self.0.store.subscribers().await {
-                Ok(now) if now != known => {
-                    if let Err(e) = self.0.registry.reload(&now) {
+                Ok(now) => {
+                    if let Err(e) = self.0.registry.reload_if_changed(&now) {
                         warn!(error = %e, "could not apply the subscribers");
                     }
-                    known = now;
                 }
-                Ok(_) => {}
                 Err(e) => warn!(error = %e, "could not read the subscribers"),
             }
         }

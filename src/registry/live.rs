@@ -34,6 +34,8 @@ fn invalid(field: &'static str, message: impl Into<String>) -> SubscriberError {
 pub struct LiveRegistry {
     manifests: Vec<Route>,
     current: RwLock<Arc<Registry>>,
+    /// The subscribers `current` was built from (what a follower compares with).
+    installed: std::sync::Mutex<Vec<Subscriber>>,
     client: reqwest::Client,
     guard: Arc<TargetGuard>,
     policy: Policy,
@@ -51,6 +53,7 @@ impl LiveRegistry {
         Self {
             manifests: routes,
             current: RwLock::new(Arc::new(manifests)),
+            installed: std::sync::Mutex::new(Vec::new()),
             client,
             guard,
             policy,
@@ -83,7 +86,18 @@ impl LiveRegistry {
         }
         let registry = Arc::new(Registry::new(routes)?);
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = registry;
+        *self.installed.lock().unwrap_or_else(|e| e.into_inner()) = subscribers.to_vec();
         Ok(())
+    }
+
+    /// Rebuilds the table from `subscribers` unless it was built from exactly
+    /// these; returns whether it did. Compares with what is *installed*, whoever
+    /// installed it, so a change made here and undone elsewhere is still seen.
+    pub fn reload_if_changed(&self, subscribers: &[Subscriber]) -> Result<bool, RegistryError> {
+        if *self.installed.lock().unwrap_or_else(|e| e.into_inner()) == subscribers {
+            return Ok(false);
+        }
+        self.reload(subscribers).map(|()| true)
     }
 
     /// Validates a subscriber and makes its route (an `http` handler).

@@ -273,3 +273,31 @@ fn a_subscriber_created_on_one_instance_routes_events_posted_to_another() {
         ev["deliveries"].as_array()?.is_empty().then_some(())
     });
 }
+
+/// A subscriber created on a and deleted on b before a's next re-read: a must stop
+/// routing to it. (a's follower used to compare the database with the last list
+/// *it* had read — still empty — so it saw no change and a routed to the deleted
+/// subscriber forever.)
+#[test]
+fn a_subscriber_created_here_and_deleted_there_at_once_stops_routing_here() {
+    let Some(db) = Db::postgres() else { return };
+    let dir = new_dir();
+    let a = Hookbox::restart(dir.clone(), &db.env(&[]));
+    let b = Hookbox::restart(dir, &db.env(&[]));
+    let body = json!({"name": "brief", "event_types": ["brief.*"], "url": "https://example.com/h"});
+    assert_eq!(a.call("POST", "/subscribers", Some(&body), &[]).status, 201);
+    assert_eq!(
+        b.call("DELETE", "/subscribers/brief", None, &[]).status,
+        204
+    );
+    eventually(Duration::from_secs(30), "a stops routing", || {
+        let (_, body) = post_to(
+            &a.url,
+            &json!({"event_type": "brief.one", "payload": {}}),
+            None,
+        );
+        let id = body["id"].as_str()?.to_owned();
+        let ev = a.get(&format!("/webhooks/{id}")).ok()?.json();
+        ev["deliveries"].as_array()?.is_empty().then_some(())
+    });
+}
