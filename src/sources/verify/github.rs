@@ -3,26 +3,23 @@
 //! The event type is the `X-GitHub-Event` header and the delivery id the
 //! `X-GitHub-Delivery` header (a redelivery keeps its id).
 
-use super::{Algorithm, Incoming, Rejection, any_matches, from_hex};
+use super::hmac::Scheme;
+use super::{Algorithm, Encoding, Incoming, Rejection};
 use crate::config::Secret;
 
 /// The signature header.
 pub const SIGNATURE: &str = "x-hub-signature-256";
 
-/// Verifies the body's signature against every secret.
+/// Verifies the body's signature against every secret: GitHub's scheme is the
+/// generic HMAC one with these settings.
 pub fn verify(req: &Incoming<'_>, secrets: &[Secret]) -> Result<(), Rejection> {
-    let header = req.require(SIGNATURE)?;
-    let hex = header
-        .trim()
-        .strip_prefix("sha256=")
-        .ok_or_else(|| Rejection::Malformed(format!("{SIGNATURE} must start with sha256=")))?;
-    let given = from_hex(hex)
-        .ok_or_else(|| Rejection::Malformed(format!("{SIGNATURE} is not hex after sha256=")))?;
-    if any_matches(Algorithm::Sha256, secrets, &[req.body], &[given]) {
-        Ok(())
-    } else {
-        Err(Rejection::Mismatch(SIGNATURE.into()))
+    Scheme {
+        header: http::HeaderName::from_static(SIGNATURE),
+        algorithm: Algorithm::Sha256,
+        encoding: Encoding::Hex,
+        prefix: "sha256=".into(),
     }
+    .verify(req, secrets)
 }
 
 #[cfg(test)]

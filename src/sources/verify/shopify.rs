@@ -3,26 +3,23 @@
 //! The event type is the `X-Shopify-Topic` header (`orders/create`) and the delivery
 //! id the `X-Shopify-Webhook-Id` header.
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
-
-use super::{Algorithm, Incoming, Rejection, any_matches};
+use super::hmac::Scheme;
+use super::{Algorithm, Encoding, Incoming, Rejection};
 use crate::config::Secret;
 
 /// The signature header.
 pub const SIGNATURE: &str = "x-shopify-hmac-sha256";
 
-/// Verifies the body's signature against every secret.
+/// Verifies the body's signature against every secret: Shopify's scheme is the
+/// generic HMAC one with these settings.
 pub fn verify(req: &Incoming<'_>, secrets: &[Secret]) -> Result<(), Rejection> {
-    let header = req.require(SIGNATURE)?;
-    let given = STANDARD
-        .decode(header.trim())
-        .map_err(|_| Rejection::Malformed(format!("{SIGNATURE} is not base64")))?;
-    if any_matches(Algorithm::Sha256, secrets, &[req.body], &[given]) {
-        Ok(())
-    } else {
-        Err(Rejection::Mismatch(SIGNATURE.into()))
+    Scheme {
+        header: http::HeaderName::from_static(SIGNATURE),
+        algorithm: Algorithm::Sha256,
+        encoding: Encoding::Base64,
+        prefix: String::new(),
     }
+    .verify(req, secrets)
 }
 
 #[cfg(test)]
