@@ -25,9 +25,9 @@ server="${PG_SERVER:-postgres://postgres@127.0.0.1:5432}"
 target="${CARGO_TARGET_DIR:-target}"
 
 echo "bench-pg.sh: building (release)" >&2
-cargo build --release --features postgres --bin hookbox --example loadgen
+cargo build --release -p hookbox -p loadgen --features hookbox/postgres --bin hookbox --bin loadgen
 workdir="$(mktemp -d "${TMPDIR:-/tmp}/hookbox-bench-pg.XXXXXX")"
-cp "$target/release/hookbox" "$target/release/examples/loadgen" "$workdir/"
+cp "$target/release/hookbox" "$target/release/loadgen" "$workdir/"
 mkdir "$workdir/handlers"
 cat >"$workdir/handlers/noop.toml" <<'TOML'
 event_types = ["bench.e2e"]

@@ -11,7 +11,8 @@
 #   scripts/bench.sh ingest --source github             # a signed GitHub source
 #   scripts/bench.sh sources --duration 10s             # both, interleaved, 3 each
 #
-# Arguments go to target/release/examples/loadgen (see `loadgen --help`); the
+# Arguments go to target/release/loadgen (the workspace crate crates/loadgen; see
+# `loadgen --help`); the
 # script adds --url itself. hookbox runs on 127.0.0.1:$BENCH_PORT (default: a
 # free port) with a fresh SQLite database and an empty handlers directory in a
 # temporary directory that is removed afterwards (with one no-op `log` handler
@@ -45,7 +46,7 @@ pick_port() {
 }
 
 echo "bench.sh: building (release)" >&2
-cargo build --release --bin hookbox --example loadgen
+cargo build --release -p hookbox -p loadgen --bin hookbox --bin loadgen
 
 port="$(pick_port)"
 url="http://127.0.0.1:${port}"
@@ -144,10 +145,10 @@ if [[ "$1" == sources ]]; then
         for mode in "" "--source github"; do
             echo "bench.sh: round $round: ingest $mode" >&2
             # shellcheck disable=SC2086
-            target/release/examples/loadgen ingest $mode "$@"
+            target/release/loadgen ingest $mode "$@"
         done
     done
     exit 0
 fi
 
-target/release/examples/loadgen "$@"
+target/release/loadgen "$@"

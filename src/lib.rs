@@ -59,7 +59,9 @@ pub mod app;
 pub mod config;
 pub mod inbox;
 pub mod json;
-pub mod layers;
+/// hookbox's HTTP layers, from the stand-alone `hookbox-layers` crate
+/// (crates/hookbox-layers): the same paths as before it moved out.
+pub use hookbox_layers as layers;
 pub mod model;
 pub(crate) mod processing;
 pub mod registry;

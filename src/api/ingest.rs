@@ -58,7 +58,7 @@ pub async fn ingest(
     );
     let body = match read.await {
         Ok(body) => body,
-        Err(problem) => return refuse(Reason::Other, problem, b""),
+        Err(rejection) => return refuse(Reason::Other, rejection.into(), b""),
     };
     let incoming = Incoming {
         headers: &parts.headers,

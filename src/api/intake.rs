@@ -231,7 +231,7 @@ pub struct EventsIdempotency {
 impl IdempotencyStore for EventsIdempotency {
     fn identify(&self, parts: &mut http::request::Parts, body: &Bytes) -> Identity {
         match parse(&parts.headers, body, self.require_key) {
-            Err(problem) => Identity::Reject(problem),
+            Err(problem) => Identity::Reject(problem.into()),
             Ok(parsed) => {
                 let identity = match &parsed.key {
                     Some(key) => Identity::Keyed {
@@ -272,7 +272,7 @@ fn accepted(status: StatusCode, event: &EventSummary) -> Response {
 /// request asked for the same thing, else 422.
 fn duplicate(stored: &EventSummary, asked: &str) -> Result<Response, Problem> {
     if fingerprint(&stored.event_type, &stored.payload_sha256) != asked {
-        return Err(idempotency::reused());
+        return Err(idempotency::reused().into());
     }
     metrics::counter!(names::EVENTS_DUPLICATE).increment(1);
     let mut res = accepted(StatusCode::OK, stored);

@@ -38,9 +38,9 @@ pub struct Problem {
 }
 
 /// Marks a response as a problem, with its code, so that layers (metrics) can read it
-/// without parsing the body.
-#[derive(Debug, Clone, Copy)]
-pub struct ProblemCode(pub &'static str);
+/// without parsing the body; the layers' own rejections carry the same marker.
+pub use hookbox_layers::rejection::ProblemCode;
+use hookbox_layers::rejection::Rejection;
 
 impl Problem {
     /// A problem with the status's reason phrase as title and detail.
@@ -93,6 +93,30 @@ impl Problem {
     }
 }
 
+/// A layer's rejection as hookbox's problem: the same status, code, detail and
+/// `Retry-After`, so it renders the same bytes.
+impl From<Rejection> for Problem {
+    fn from(r: Rejection) -> Self {
+        let problem = Self::new(r.status, r.code).detail(r.detail);
+        match r.retry_after {
+            Some(secs) => problem.retry_after(secs),
+            None => problem,
+        }
+    }
+}
+
+/// A problem as a layer's rejection (what an idempotency store answers with).
+impl From<Problem> for Rejection {
+    fn from(p: Problem) -> Self {
+        let status = StatusCode::from_u16(p.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let rejection = Self::new(status, p.code).detail(p.detail);
+        match p.retry_after {
+            Some(secs) => rejection.retry_after(secs),
+            None => rejection,
+        }
+    }
+}
+
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -105,5 +129,49 @@ impl IntoResponse for Problem {
         }
         res.extensions_mut().insert(ProblemCode(self.code));
         res
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hookbox_layers::rejection::Rejection;
+
+    async fn rendered(res: Response) -> (StatusCode, Vec<(String, String)>, Vec<u8>) {
+        let status = res.status();
+        let mut headers: Vec<_> = res
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_owned()))
+            .collect();
+        headers.sort();
+        let code = res.extensions().get::<ProblemCode>().copied();
+        assert!(code.is_some(), "the code marker is set");
+        let body = axum::body::to_bytes(res.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (status, headers, body.to_vec())
+    }
+
+    /// The layers' rejections (hookbox-layers) and hookbox's problems must be
+    /// indistinguishable to a client: same status, headers and body bytes.
+    #[tokio::test]
+    async fn a_layer_rejection_renders_exactly_like_the_problem() {
+        let cases = [
+            Rejection::new(StatusCode::TOO_MANY_REQUESTS, "overloaded")
+                .detail("the work queue is full; nothing was stored — retry later")
+                .retry_after(2),
+            Rejection::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
+                .detail("the request body is larger than 10 bytes"),
+            Rejection::new(StatusCode::CONFLICT, "idempotency_key_in_flight"),
+            Rejection::new(StatusCode::BAD_REQUEST, "invalid_body").detail("a \"quoted\"\n\u{1}"),
+        ];
+        for rejection in cases {
+            let layer = rejection.clone().into_response().map(axum::body::Body::new);
+            let problem = Problem::from(rejection.clone()).into_response();
+            assert_eq!(rendered(layer).await, rendered(problem).await);
+            let round = Rejection::from(Problem::from(rejection.clone()));
+            assert_eq!(round, rejection);
+        }
     }
 }

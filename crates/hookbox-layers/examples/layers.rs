@@ -1,8 +1,8 @@
-//! hookbox's tower layers around a service that is not hookbox: a tiny "payments"
-//! API gets idempotency keys, 429 load shedding, request ids, tracing and Prometheus
-//! metrics without knowing anything about webhooks.
+//! The layers around a service that is not hookbox: a tiny "payments" API gets
+//! idempotency keys, 429 load shedding, request ids, tracing and Prometheus metrics
+//! (under its own `payments_` prefix) without knowing anything about webhooks.
 //!
-//! Run with `cargo run --example layers`, then:
+//! Run with `cargo run -p hookbox-layers --example layers`, then:
 //!
 //! ```text
 //! curl -si -XPOST localhost:3000/charges -H 'Idempotency-Key: k1' -d '{"amount":5}'
@@ -18,10 +18,10 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::State;
 use axum::routing::{get, post};
-use hookbox::layers::backpressure::{BackpressureLayer, LoadSignal};
-use hookbox::layers::idempotency::{IdempotencyLayer, MemoryStore};
-use hookbox::layers::metrics::HttpMetricsLayer;
-use hookbox::layers::trace::request_tracing;
+use hookbox_layers::backpressure::{BackpressureLayer, LoadSignal};
+use hookbox_layers::idempotency::{IdempotencyLayer, MemoryStore};
+use hookbox_layers::metrics::HttpMetricsLayer;
+use hookbox_layers::trace::request_tracing;
 
 /// Sheds when more than `limit` charges are being processed at once.
 struct InFlight {
@@ -44,8 +44,10 @@ async fn charge(State(load): State<Arc<InFlight>>, body: String) -> (http::Statu
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    hookbox::telemetry::init_tracing("info", hookbox::config::LogFormat::Pretty);
-    let prometheus = hookbox::telemetry::install_prometheus()?;
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+        .init();
+    let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
     let load = Arc::new(InFlight {
         now: AtomicUsize::new(0),
         limit: 100,
@@ -64,7 +66,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             get(move || std::future::ready(prometheus.render())),
         )
         // Whole router: metrics see the matched route; tracing wraps everything.
-        .layer(HttpMetricsLayer::new())
+        .layer(HttpMetricsLayer::new().prefix("payments_"))
         .layer(request_tracing())
         .with_state(load);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;

@@ -12,7 +12,7 @@
 //! use std::sync::atomic::{AtomicBool, Ordering};
 //! use std::time::Duration;
 //! use axum::{Router, routing::post, body::Body};
-//! use hookbox::layers::backpressure::{BackpressureLayer, LoadSignal};
+//! use hookbox_layers::backpressure::{BackpressureLayer, LoadSignal};
 //! use tower::ServiceExt;
 //!
 //! struct Switch(AtomicBool);
@@ -42,14 +42,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
-use http::{Request, StatusCode};
+use http::{Request, Response, StatusCode};
+use http_body_util::Either;
 use pin_project_lite::pin_project;
-use tower::{BoxError, Layer, Service};
+use tower::{Layer, Service};
 
-use crate::api::problem::Problem;
+use crate::ResponseBody;
+use crate::rejection::Rejection;
 
 /// Something that knows whether the process can take more work.
 pub trait LoadSignal: Send + Sync + 'static {
@@ -91,10 +90,8 @@ pub struct Backpressure<S> {
 impl<S, ReqB, ResB> Service<Request<ReqB>> for Backpressure<S>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>>,
-    ResB: http_body::Body<Data = Bytes> + Send + 'static,
-    ResB::Error: Into<BoxError>,
 {
-    type Response = Response<Body>;
+    type Response = Response<ResponseBody<ResB>>;
     type Error = S::Error;
     type Future = ResponseFuture<S::Future>;
 
@@ -120,17 +117,16 @@ pin_project! {
         /// The inner service was called.
         Called { #[pin] fut: F },
         /// Shed: the 429 answer, taken on first poll.
-        Overloaded { res: Option<Response<Body>> },
+        Overloaded { res: Option<Rejection> },
     }
 }
 
 impl<F> ResponseFuture<F> {
     fn overloaded(wait: Duration) -> Self {
         let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
-        let res = Problem::new(StatusCode::TOO_MANY_REQUESTS, "overloaded")
+        let res = Rejection::new(StatusCode::TOO_MANY_REQUESTS, "overloaded")
             .detail("the work queue is full; nothing was stored — retry later")
-            .retry_after(secs)
-            .into_response();
+            .retry_after(secs);
         Self::Overloaded { res: Some(res) }
     }
 }
@@ -138,18 +134,18 @@ impl<F> ResponseFuture<F> {
 impl<F, ResB, E> Future for ResponseFuture<F>
 where
     F: Future<Output = Result<Response<ResB>, E>>,
-    ResB: http_body::Body<Data = Bytes> + Send + 'static,
-    ResB::Error: Into<BoxError>,
 {
-    type Output = Result<Response<Body>, E>;
+    type Output = Result<Response<ResponseBody<ResB>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project() {
-            Proj::Called { fut } => fut.poll(cx).map_ok(|res| res.map(Body::new)),
-            Proj::Overloaded { res } => match res.take() {
-                Some(res) => Poll::Ready(Ok(res)),
-                None => Poll::Ready(Ok(StatusCode::TOO_MANY_REQUESTS.into_response())),
-            },
+            Proj::Called { fut } => fut.poll(cx).map_ok(|res| res.map(Either::Left)),
+            Proj::Overloaded { res } => {
+                let rejection = res
+                    .take()
+                    .unwrap_or_else(|| Rejection::new(StatusCode::TOO_MANY_REQUESTS, "overloaded"));
+                Poll::Ready(Ok(rejection.into_response().map(Either::Right)))
+            }
         }
     }
 }

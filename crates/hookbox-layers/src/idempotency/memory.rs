@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use tower::BoxError;
 
 use super::{Begin, BoxFuture, CachedResponse, IdempotencyStore, Identity};
-use crate::api::problem::Problem;
+use crate::rejection::Rejection;
 
 /// Keys from the `Idempotency-Key` header, fingerprints from method, path and body,
 /// answers kept in memory for `expiry` (publish it in your API's docs: after it, a
@@ -67,7 +67,7 @@ impl IdempotencyStore for MemoryStore {
             Ok(k) if !k.is_empty() && k.len() <= 255 => k.to_owned(),
             _ => {
                 return Identity::Reject(
-                    Problem::new(StatusCode::BAD_REQUEST, "invalid_idempotency_key")
+                    Rejection::new(StatusCode::BAD_REQUEST, "invalid_idempotency_key")
                         .detail("Idempotency-Key must be 1 to 255 visible ASCII characters"),
                 );
             }
@@ -80,7 +80,7 @@ impl IdempotencyStore for MemoryStore {
         hash.update(body);
         Identity::Keyed {
             key,
-            fingerprint: crate::model::hex(&hash.finalize()),
+            fingerprint: hex(&hash.finalize()),
         }
     }
 
@@ -137,4 +137,15 @@ impl IdempotencyStore for MemoryStore {
         }
         Box::pin(std::future::ready(()))
     }
+}
+
+/// Lower-case hex.
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
+    out
 }

@@ -22,7 +22,7 @@
 //! ```
 //! use std::time::Duration;
 //! use axum::{Router, routing::post, body::Body};
-//! use hookbox::layers::idempotency::{IdempotencyLayer, MemoryStore};
+//! use hookbox_layers::idempotency::{IdempotencyLayer, MemoryStore};
 //! use tower::ServiceExt;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -53,15 +53,15 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Request, StatusCode, request::Parts};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, request::Parts};
+use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
 use tower::{BoxError, Layer, Service};
 
 pub use memory::MemoryStore;
 
-use crate::api::problem::Problem;
+use crate::ResponseBody;
+use crate::rejection::Rejection;
 
 /// A boxed, sendable future, as the store's methods return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -79,7 +79,7 @@ pub enum Identity {
         fingerprint: String,
     },
     /// The request is malformed in a way the store already knows: answer this.
-    Reject(Problem),
+    Reject(Rejection),
 }
 
 /// What the store knows of a key.
@@ -107,8 +107,14 @@ pub struct CachedResponse {
 }
 
 impl CachedResponse {
-    fn into_response(self) -> Response {
-        let mut res = (self.status, self.body).into_response();
+    fn into_response(self) -> Response<Full<Bytes>> {
+        let mut res = Response::new(Full::new(self.body));
+        *res.status_mut() = self.status;
+        // A stored Content-Type replaces this one; a body without one is bytes.
+        res.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/octet-stream"),
+        );
         res.headers_mut().extend(self.headers);
         res.headers_mut()
             .insert("idempotent-replayed", HeaderValue::from_static("true"));
@@ -220,9 +226,12 @@ impl<S: Clone, St> Clone for Idempotency<S, St> {
 /// Largest response body kept for replay; larger answers are not replayable.
 const MAX_CACHED_RESPONSE: usize = 1 << 20;
 
+/// The response of [`Idempotency`]: the inner service's, or the layer's own.
+type Answer<ResB> = Response<ResponseBody<ResB>>;
+
 impl<S, St, ReqB, ResB> Service<Request<ReqB>> for Idempotency<S, St>
 where
-    S: Service<Request<Body>, Response = Response<ResB>> + Clone + Send + 'static,
+    S: Service<Request<Full<Bytes>>, Response = Response<ResB>> + Clone + Send + 'static,
     S::Future: Send,
     S::Error: Send,
     St: IdempotencyStore,
@@ -231,9 +240,9 @@ where
     ResB: http_body::Body<Data = Bytes> + Send + 'static,
     ResB::Error: Into<BoxError>,
 {
-    type Response = Response<Body>;
+    type Response = Answer<ResB>;
     type Error = S::Error;
-    type Future = BoxFuture<'static, Result<Response<Body>, S::Error>>;
+    type Future = BoxFuture<'static, Result<Answer<ResB>, S::Error>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -249,8 +258,8 @@ where
             let (mut parts, body) = req.into_parts();
             let bytes = match buffer(&parts.headers, body, limit, timeout).await {
                 Ok(bytes) => bytes,
-                Err(problem) => {
-                    let mut res = problem.into_response();
+                Err(rejection) => {
+                    let mut res = own(rejection.into_response());
                     if res.status() == StatusCode::REQUEST_TIMEOUT {
                         // The rest of the body may still come: the connection is done.
                         res.headers_mut()
@@ -260,8 +269,8 @@ where
                 }
             };
             match store.identify(&mut parts, &bytes) {
-                Identity::Anonymous => call(inner, parts, bytes).await,
-                Identity::Reject(problem) => Ok(problem.into_response()),
+                Identity::Anonymous => Ok(call(inner, parts, bytes).await?.map(Either::Left)),
+                Identity::Reject(rejection) => Ok(own(rejection.into_response())),
                 Identity::Keyed { key, fingerprint } => {
                     keyed(inner, &*store, parts, bytes, key, fingerprint).await
                 }
@@ -270,16 +279,18 @@ where
     }
 }
 
-async fn call<S, ResB>(mut inner: S, parts: Parts, bytes: Bytes) -> Result<Response<Body>, S::Error>
+/// A response the layer makes itself.
+fn own<ResB>(res: Response<Full<Bytes>>) -> Answer<ResB> {
+    res.map(Either::Right)
+}
+
+async fn call<S, ResB>(mut inner: S, parts: Parts, bytes: Bytes) -> Result<Response<ResB>, S::Error>
 where
-    S: Service<Request<Body>, Response = Response<ResB>>,
-    ResB: http_body::Body<Data = Bytes> + Send + 'static,
-    ResB::Error: Into<BoxError>,
+    S: Service<Request<Full<Bytes>>, Response = Response<ResB>>,
 {
-    let res = inner
-        .call(Request::from_parts(parts, Body::from(bytes)))
-        .await?;
-    Ok(res.map(Body::new))
+    inner
+        .call(Request::from_parts(parts, Full::new(bytes)))
+        .await
 }
 
 async fn keyed<S, St, ResB>(
@@ -289,23 +300,26 @@ async fn keyed<S, St, ResB>(
     bytes: Bytes,
     key: String,
     fingerprint: String,
-) -> Result<Response<Body>, S::Error>
+) -> Result<Answer<ResB>, S::Error>
 where
-    S: Service<Request<Body>, Response = Response<ResB>>,
+    S: Service<Request<Full<Bytes>>, Response = Response<ResB>>,
     St: IdempotencyStore,
     ResB: http_body::Body<Data = Bytes> + Send + 'static,
     ResB::Error: Into<BoxError>,
 {
     match store.begin(&key, &fingerprint).await {
-        Err(e) => Ok(Problem::unavailable(format!("idempotency store: {e}")).into_response()),
-        Ok(Begin::Replay(cached)) => Ok(cached.into_response()),
-        Ok(Begin::InFlight) => Ok(
-            Problem::new(StatusCode::CONFLICT, "idempotency_key_in_flight")
-                .detail("a request with this Idempotency-Key is still being processed; retry later")
-                .retry_after(1)
-                .into_response(),
-        ),
-        Ok(Begin::Mismatch) => Ok(reused().into_response()),
+        Err(e) => Ok(own(
+            unavailable(format!("idempotency store: {e}")).into_response()
+        )),
+        Ok(Begin::Replay(cached)) => Ok(own(cached.into_response())),
+        Ok(Begin::InFlight) => Ok(own(Rejection::new(
+            StatusCode::CONFLICT,
+            "idempotency_key_in_flight",
+        )
+        .detail("a request with this Idempotency-Key is still being processed; retry later")
+        .retry_after(1)
+        .into_response())),
+        Ok(Begin::Mismatch) => Ok(own(reused().into_response())),
         Ok(Begin::Proceed) => {
             let res = match call(inner, parts, bytes).await {
                 Ok(res) => res,
@@ -322,19 +336,27 @@ where
 }
 
 /// The 422 for a key used with another request.
-pub fn reused() -> Problem {
-    Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused")
+pub fn reused() -> Rejection {
+    Rejection::new(StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused")
         .detail("this idempotency key was already used with a different request")
 }
 
+/// The 503 for a store that could not answer: nothing was done; retry in a second.
+fn unavailable(detail: String) -> Rejection {
+    Rejection::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+        .detail(detail)
+        .retry_after(1)
+}
+
 /// Buffers a request body up to `limit` bytes within `timeout`: over the limit is a
-/// 413 problem, too slow a 408 `request_timeout`.
+/// 413 `payload_too_large`, too slow a 408 `request_timeout`, a body that fails to
+/// arrive a 400 `invalid_body`.
 pub async fn buffer<B>(
     headers: &HeaderMap,
     body: B,
     limit: usize,
     timeout: Duration,
-) -> Result<Bytes, Problem>
+) -> Result<Bytes, Rejection>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
@@ -344,41 +366,43 @@ where
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     let too_large = || {
-        Problem::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
+        Rejection::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
             .detail(format!("the request body is larger than {limit} bytes"))
     };
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    let read = axum::body::to_bytes(Body::new(body), limit);
+    let read = Limited::new(body, limit).collect();
     let Ok(read) = tokio::time::timeout(timeout, read).await else {
         return Err(
-            Problem::new(StatusCode::REQUEST_TIMEOUT, "request_timeout").detail(format!(
+            Rejection::new(StatusCode::REQUEST_TIMEOUT, "request_timeout").detail(format!(
                 "the request body did not arrive within {} ms",
                 timeout.as_millis()
             )),
         );
     };
-    read.map_err(|e| {
-        let length_limit = std::error::Error::source(&e)
-            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-        if length_limit {
-            too_large()
-        } else {
-            Problem::invalid_body(format!("could not read the request body: {e}"))
-        }
-    })
+    match read {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<LengthLimitError>() => Err(too_large()),
+        Err(e) => Err(Rejection::new(StatusCode::BAD_REQUEST, "invalid_body")
+            .detail(format!("could not read the request body: {e}"))),
+    }
 }
 
 /// Buffers a response so it can be both sent and stored. 5xx answers and oversized
 /// bodies are not stored.
-async fn snapshot(res: Response<Body>) -> (Response<Body>, Option<CachedResponse>) {
+async fn snapshot<ResB>(res: Response<ResB>) -> (Answer<ResB>, Option<CachedResponse>)
+where
+    ResB: http_body::Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+{
     if res.status().is_server_error() {
-        return (res, None);
+        return (res.map(Either::Left), None);
     }
     let (parts, body) = res.into_parts();
-    match axum::body::to_bytes(body, MAX_CACHED_RESPONSE).await {
-        Ok(bytes) => {
+    match Limited::new(body, MAX_CACHED_RESPONSE).collect().await {
+        Ok(collected) => {
+            let bytes = collected.to_bytes();
             let mut headers = HeaderMap::new();
             for name in [http::header::CONTENT_TYPE, http::header::LOCATION] {
                 if let Some(v) = parts.headers.get(&name) {
@@ -390,12 +414,15 @@ async fn snapshot(res: Response<Body>) -> (Response<Body>, Option<CachedResponse
                 headers,
                 body: bytes.clone(),
             };
-            (Response::from_parts(parts, Body::from(bytes)), Some(cached))
+            let full = Either::Right(Full::new(bytes));
+            (Response::from_parts(parts, full), Some(cached))
         }
         Err(_) => (
-            Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "internal")
-                .detail("the response was too large to keep for idempotent replay")
-                .into_response(),
+            own(
+                Rejection::new(StatusCode::INTERNAL_SERVER_ERROR, "internal")
+                    .detail("the response was too large to keep for idempotent replay")
+                    .into_response(),
+            ),
             None,
         ),
     }

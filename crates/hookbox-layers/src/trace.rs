@@ -9,7 +9,7 @@
 //!
 //! ```
 //! use axum::{Router, routing::get, body::Body};
-//! use hookbox::layers::trace::request_tracing;
+//! use hookbox_layers::trace::request_tracing;
 //! use tower::ServiceExt;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -44,7 +44,7 @@ pub const MAX_REQUEST_ID_LEN: usize = 200;
 /// characters (`!` to `~`).
 ///
 /// ```
-/// use hookbox::layers::trace::is_valid_request_id;
+/// use hookbox_layers::trace::is_valid_request_id;
 /// assert!(is_valid_request_id(b"req-42"));
 /// assert!(!is_valid_request_id(b""));
 /// assert!(!is_valid_request_id(b"two words"));

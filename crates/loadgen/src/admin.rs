@@ -1,0 +1,107 @@
+//! The subscribers API, as `deliver` uses it.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST, HeaderValue};
+use hyper::{Method, Request, StatusCode};
+
+use crate::BoxError;
+use crate::conn::{Connection, Target};
+use crate::deliver::BENCH_SUBSCRIBERS;
+
+/// Talks to the subscribers API.
+pub(crate) struct Admin {
+    pub(crate) target: Arc<Target>,
+    pub(crate) conn: Connection,
+    /// `Bearer <token>`, when one was given.
+    pub(crate) authorization: Option<HeaderValue>,
+}
+
+impl Admin {
+    /// Sends one admin request; returns the status and the body as text.
+    pub(crate) async fn send(
+        &mut self,
+        method: Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<(StatusCode, String), BoxError> {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(self.target.path(path))
+            .header(HOST, self.target.host.clone());
+        if let Some(auth) = &self.authorization {
+            req = req.header(AUTHORIZATION, auth.clone());
+        }
+        let body = match body {
+            Some(json) => {
+                req = req.header(CONTENT_TYPE, "application/json");
+                Bytes::from(serde_json::to_vec(json)?)
+            }
+            None => Bytes::new(),
+        };
+        let response = self.conn.send(req.body(Full::new(body))?).await?;
+        let text = String::from_utf8_lossy(response.body()).into_owned();
+        Ok((response.status(), text))
+    }
+
+    /// Creates one subscriber; a clear error unless hookbox answers 201.
+    pub(crate) async fn create(
+        &mut self,
+        name: &str,
+        patterns: &[&str],
+        url: &str,
+    ) -> Result<(), BoxError> {
+        let body = serde_json::json!({"name": name, "event_types": patterns, "url": url});
+        let (status, text) = self
+            .send(Method::POST, "/subscribers", Some(&body))
+            .await
+            .map_err(|e| format!("POST /subscribers ({name}) failed: {e}"))?;
+        if status == StatusCode::CREATED {
+            return Ok(());
+        }
+        let hint = match status {
+            StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED => {
+                " (this hookbox has no subscribers API)"
+            }
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                " (pass --admin-token or set ADMIN_TOKEN)"
+            }
+            StatusCode::UNPROCESSABLE_ENTITY => {
+                " (is hookbox running with ALLOWED_TARGETS=127.0.0.0/8?)"
+            }
+            _ => "",
+        };
+        Err(format!(
+            "creating subscriber {name} failed: POST /subscribers answered {status}{hint}: {}",
+            text.trim()
+        )
+        .into())
+    }
+
+    /// Deletes one subscriber; a missing one is fine.
+    pub(crate) async fn delete(&mut self, name: &str) -> Result<(), BoxError> {
+        let (status, text) = self
+            .send(Method::DELETE, &format!("/subscribers/{name}"), None)
+            .await?;
+        if status.is_success() || status == StatusCode::NOT_FOUND {
+            Ok(())
+        } else {
+            Err(format!(
+                "DELETE /subscribers/{name} answered {status}: {}",
+                text.trim()
+            )
+            .into())
+        }
+    }
+
+    /// Deletes every bench subscriber, warning about failures.
+    pub(crate) async fn delete_all(&mut self) {
+        for (name, _) in BENCH_SUBSCRIBERS {
+            if let Err(err) = self.delete(name).await {
+                eprintln!("loadgen: warning: could not delete subscriber {name}: {err}");
+            }
+        }
+    }
+}

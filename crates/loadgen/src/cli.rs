@@ -1,0 +1,99 @@
+//! The command line: one subcommand per mode, with the options they share.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Command line.
+#[derive(Parser, Debug)]
+#[command(
+    about = "Load generator for hookbox (HTTP/1.1 keep-alive, one request in flight per connection)"
+)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// What to run.
+#[derive(Subcommand, Debug)]
+pub(crate) enum Command {
+    /// Post webhooks for a fixed duration; report throughput and latency.
+    Ingest(IngestArgs),
+    /// Post N events, then wait until hookbox has processed all of them.
+    E2e(E2eArgs),
+    /// Register 3 subscribers on a built-in receiver, post N events, and wait
+    /// until every delivery (2.5 per event) has arrived.
+    Deliver(DeliverArgs),
+}
+
+/// Options shared by both modes.
+#[derive(Args, Debug)]
+pub(crate) struct CommonArgs {
+    /// Base URL of hookbox (plain http).
+    #[arg(long, default_value = "http://127.0.0.1:8000")]
+    pub(crate) url: String,
+    /// Concurrent keep-alive connections, one request in flight each.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub(crate) connections: u64,
+    /// Approximate size in bytes of each event's `payload` JSON.
+    #[arg(long, default_value_t = 1024)]
+    pub(crate) payload_bytes: usize,
+}
+
+/// Options of `ingest`.
+#[derive(Args, Debug)]
+pub(crate) struct IngestArgs {
+    #[command(flatten)]
+    pub(crate) common: CommonArgs,
+    /// How long to send for (e.g. `10s`, `2m`).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub(crate) duration: Duration,
+    /// `event_type` of the posted events.
+    #[arg(long, default_value = "bench.ingest")]
+    pub(crate) event_type: String,
+    /// Post to `POST /ingest/<SOURCE>` as GitHub would instead of to `/webhooks`:
+    /// the payload as the body, `X-GitHub-Event: ingest`, a unique
+    /// `X-GitHub-Delivery` per request and `X-Hub-Signature-256` (HMAC-SHA256 of
+    /// the body under `--secret`). The source must be `kind = "github"`.
+    #[arg(long)]
+    pub(crate) source: Option<String>,
+    /// The source's secret (its `secret_env` value), with `--source`.
+    #[arg(
+        long,
+        env = "LOADGEN_SOURCE_SECRET",
+        default_value = "bench-github-secret"
+    )]
+    pub(crate) secret: String,
+}
+
+/// Options of `e2e`.
+#[derive(Args, Debug)]
+pub(crate) struct E2eArgs {
+    #[command(flatten)]
+    pub(crate) common: CommonArgs,
+    /// Number of events to post.
+    #[arg(long, default_value_t = 20_000)]
+    pub(crate) events: u64,
+    /// `event_type` of the posted events.
+    #[arg(long, default_value = "bench.e2e")]
+    pub(crate) event_type: String,
+    /// Give up (exit 1) when posting and draining take longer than this.
+    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
+    pub(crate) timeout: Duration,
+}
+
+/// Options of `deliver`.
+#[derive(Args, Debug)]
+pub(crate) struct DeliverArgs {
+    #[command(flatten)]
+    pub(crate) common: CommonArgs,
+    /// Number of events to post (half `bench.deliver.two`, half `bench.deliver.three`).
+    #[arg(long, default_value_t = 20_000)]
+    pub(crate) events: u64,
+    /// Give up (exit 1) when posting and delivering take longer than this.
+    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
+    pub(crate) timeout: Duration,
+    /// Bearer token for the admin routes, when hookbox has `ADMIN_TOKEN` set.
+    #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
+    pub(crate) admin_token: Option<String>,
+}

@@ -1,0 +1,83 @@
+//! Load generator for hookbox.
+//!
+//! Run with: cargo run --release -p loadgen -- ingest --url http://127.0.0.1:8000 --duration 10s --connections 64
+//! (`scripts/bench.sh` builds it, starts hookbox and runs it).
+//!
+//! Three modes:
+//!
+//! - `ingest` posts webhooks for a fixed time and reports throughput, latency
+//!   percentiles and non-2xx statuses. Every connection is one task with its own
+//!   HTTP/1.1 keep-alive connection and one request in flight. With `--source
+//!   NAME` it posts to a `kind = "github"` source (`POST /ingest/NAME`) as GitHub
+//!   does: the payload as the body, signed with `--secret` in
+//!   `X-Hub-Signature-256`, a unique `X-GitHub-Delivery` per request — so the cost
+//!   of verifying and identifying a source delivery shows against `/webhooks`.
+//! - `e2e` posts a fixed number of events (retrying 429/503 answers with the same
+//!   idempotency key), then polls `GET /metrics` until the gauge
+//!   `hookbox_events_pending` is 0 and reports end-to-end events per second.
+//! - `deliver` measures HTTP delivery: it starts a fast built-in receiver on
+//!   127.0.0.1 (answers 200, counts each (subscriber, `webhook-id`) once), registers
+//!   three subscribers through `POST /subscribers` (`bench-sub-1` and `bench-sub-2`
+//!   take `bench.deliver.*`, `bench-sub-3` only `bench.deliver.three`), posts N
+//!   events alternating `bench.deliver.two` and `bench.deliver.three` (fan-out 2.5 on
+//!   average), waits until the receiver has every delivery, reports deliveries per
+//!   second end to end, and deletes its subscribers. hookbox must let http handlers
+//!   reach loopback: run it with `ALLOWED_TARGETS=127.0.0.0/8`.
+//!
+//! Every request carries a unique `Idempotency-Key` (`<run id>-<sequence>`), so every
+//! accepted request creates a new event. The progress line goes to stderr, the
+//! results table to stdout.
+//!
+//! Examples:
+//!
+//! ```text
+//! cargo run --release -p loadgen -- ingest --connections 16 --payload-bytes 4096
+//! cargo run --release -p loadgen -- e2e --events 50000 --timeout 5m
+//! ALLOWED_TARGETS=127.0.0.0/8 cargo run --release   # then, elsewhere:
+//! cargo run --release -p loadgen -- deliver --events 20000
+//! ```
+//!
+//! The modules follow the tool's parts: [`cli`] (arguments), [`conn`] (target and
+//! connections), [`post`] (the posting tasks and their tallies), [`sources`]
+//! (posting as GitHub does), [`progress`] (the live line), one module per mode
+//! ([`ingest`], [`e2e`], [`deliver`] with its [`receiver`] and [`admin`] client)
+//! and [`report`] (percentiles, the table, the exit code).
+
+mod admin;
+mod cli;
+mod conn;
+mod deliver;
+mod e2e;
+mod ingest;
+mod post;
+mod progress;
+mod receiver;
+mod report;
+mod sources;
+
+use std::error::Error;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use cli::{Cli, Command};
+
+/// Error type used throughout: anything printable, sendable across tasks.
+pub(crate) type BoxError = Box<dyn Error + Send + Sync>;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Ingest(args) => ingest::run_ingest(args).await,
+        Command::E2e(args) => e2e::run_e2e(args).await,
+        Command::Deliver(args) => deliver::run_deliver(args).await,
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("loadgen: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! The live progress line on stderr.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::post::Shared;
+
+/// How often the progress line is redrawn.
+pub(crate) const PROGRESS_TICK: Duration = Duration::from_millis(250);
+
+/// A progress bar on stderr (hidden when stderr is not a terminal).
+pub(crate) fn progress_bar(length: u64, template: &str) -> ProgressBar {
+    let style = ProgressStyle::with_template(template)
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
+    let bar = ProgressBar::with_draw_target(Some(length), ProgressDrawTarget::stderr());
+    bar.set_style(style);
+    bar
+}
+
+/// Redraws `bar` every [`PROGRESS_TICK`] until aborted: position from `position`,
+/// message from the response counter and the rate over the last tick.
+pub(crate) fn spawn_progress(
+    bar: ProgressBar,
+    shared: Arc<Shared>,
+    started: Instant,
+    position: fn(&Shared, Instant) -> u64,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(PROGRESS_TICK);
+        let (mut last_count, mut last_at) = (0_u64, Instant::now());
+        loop {
+            ticker.tick().await;
+            let count = shared.responses.load(Ordering::Relaxed);
+            let now = Instant::now();
+            let rate = (count - last_count) as f64 / now.duration_since(last_at).as_secs_f64();
+            (last_count, last_at) = (count, now);
+            bar.set_position(position(&shared, started));
+            bar.set_message(format!(
+                "{:>5.1}s  {count} requests  {rate:.0} req/s",
+                started.elapsed().as_secs_f64()
+            ));
+        }
+    })
+}
