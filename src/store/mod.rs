@@ -8,8 +8,11 @@
 //! instances share one database: it also implements [`ClaimStore`], through which
 //! workers claim due deliveries under a lease instead of reading an in-memory queue.
 
+#[cfg(test)]
+mod contract;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod rows;
 pub mod sqlite;
 
 use std::sync::Arc;

@@ -17,7 +17,7 @@ mod finisher;
 mod listen;
 mod rows;
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;
 
 use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
@@ -29,6 +29,7 @@ use sqlx::{Postgres, QueryBuilder, Row};
 use tokio::sync::{Notify, mpsc, oneshot};
 use uuid::Uuid;
 
+use super::rows::RowExt;
 use super::{
     EventSummary, Inserted, ListQuery, Page, PendingDelivery, Stats, Store, StoreError, Unfinished,
 };
@@ -105,7 +106,7 @@ impl PgStore {
         Ok(Stats {
             pending_events: count("pending")?,
             dead_letters: count("dead")?,
-            oldest_pending: rows::opt_time(&row, "oldest")?,
+            oldest_pending: row.opt_timestamp("oldest")?,
         })
     }
 
@@ -294,7 +295,7 @@ impl Store for PgStore {
             Ok(PendingDelivery {
                 delivery: r.try_get("id")?,
                 event: r.try_get("event_id")?,
-                retry_after: rows::opt_time(r, "retry_after")?,
+                retry_after: r.opt_timestamp("retry_after")?,
                 handler: r.try_get("handler")?,
                 ordering_value: r.try_get("ordering_value")?,
             })

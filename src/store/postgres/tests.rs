@@ -15,14 +15,15 @@ fn server() -> String {
 }
 
 /// A database of its own, dropped (from a thread of its own) when this is.
-struct TestDb {
+pub(crate) struct TestDb {
     name: String,
-    url: String,
+    /// Its URL.
+    pub(crate) url: String,
 }
 
 impl TestDb {
     /// `None` when `HOOKBOX_TEST_PG` is unset (one line on the terminal says so).
-    async fn new() -> Option<Self> {
+    pub(crate) async fn new() -> Option<Self> {
         if server().is_empty() {
             static ONCE: std::sync::Once = std::sync::Once::new();
             ONCE.call_once(|| {

@@ -30,6 +30,7 @@ use sqlx::{ConnectOptions, QueryBuilder, Sqlite};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
+use super::rows::RowExt;
 use super::{
     EventSummary, Inserted, ListQuery, Page, PendingDelivery, ReplayFilter, Stats, Store,
     StoreError, Unfinished,
@@ -133,7 +134,7 @@ impl SqliteStore {
         Ok(Stats {
             pending_events: count("pending")?,
             dead_letters: count("dead")?,
-            oldest_pending: rows::opt_time(&row, "oldest")?,
+            oldest_pending: row.opt_timestamp("oldest")?,
         })
     }
 
@@ -259,9 +260,9 @@ impl Store for SqliteStore {
         .iter()
         .map(|r| {
             Ok(PendingDelivery {
-                delivery: rows::uuid(r, "id")?,
-                event: rows::uuid(r, "event_id")?,
-                retry_after: rows::opt_time(r, "retry_after")?,
+                delivery: r.uuid("id")?,
+                event: r.uuid("event_id")?,
+                retry_after: r.opt_timestamp("retry_after")?,
                 handler: sqlx::Row::try_get(r, "handler")?,
                 ordering_value: sqlx::Row::try_get(r, "ordering_value")?,
             })
@@ -275,7 +276,7 @@ impl Store for SqliteStore {
         .fetch_all(&self.read)
         .await?
         .iter()
-        .map(|r| rows::uuid(r, "id"))
+        .map(|r| r.uuid("id"))
         .collect::<Result<_, _>>()?;
         Ok(Unfinished {
             deliveries,

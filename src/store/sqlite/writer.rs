@@ -16,6 +16,7 @@ use uuid::Uuid;
 
 use super::rows::{self, SUMMARY_COLUMNS};
 use crate::model::{Finish, NewDelivery, NewEvent, Status, Subscriber, Timestamp};
+use crate::store::rows::RowExt;
 use crate::store::{EventSummary, Inserted, PendingDelivery, ReplayFilter, StoreError};
 
 /// Most operations committed in one transaction.
@@ -525,8 +526,8 @@ pub(super) async fn replay(
     let mut replayed = Vec::with_capacity(rows.len());
     for r in &rows {
         replayed.push(PendingDelivery {
-            delivery: rows::uuid(r, "id")?,
-            event: rows::uuid(r, "event_id")?,
+            delivery: r.uuid("id")?,
+            event: r.uuid("event_id")?,
             retry_after: None,
             handler: sqlx::Row::try_get(r, "handler")?,
             ordering_value: sqlx::Row::try_get(r, "ordering_value")?,

@@ -1,0 +1,403 @@
+//! The [`Store`] contract, driven on both backends by one test: what an
+//! implementation must do, whichever database is behind it. The SQLite store runs
+//! on a file of its own; the PostgreSQL store on a database of its own on the
+//! server named by `HOOKBOX_TEST_PG` (unset: that half is skipped, with one line).
+//!
+//! Deliveries are taken before their outcome is recorded as workers take them: on
+//! SQLite with [`Store::start`], on PostgreSQL by a [`ClaimStore::claim`] (its
+//! `finish` records only what this instance holds).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use super::{ClaimStore, ListQuery, ReplayFilter, Store};
+use crate::model::{Finish, NewDelivery, NewEvent, Status, Subscriber, Timestamp};
+
+/// A store under test, and how its worker takes a delivery.
+struct Backend {
+    name: &'static str,
+    store: Arc<dyn Store>,
+    claims: Option<Arc<dyn ClaimStore>>,
+}
+
+impl Backend {
+    /// Takes `delivery` of `event` as a worker would before running it (on
+    /// PostgreSQL the oldest due delivery, which the contract arranges it to be).
+    async fn take(&self, delivery: Uuid, event: Uuid) {
+        match &self.claims {
+            Some(claims) => {
+                let claimed = claims
+                    .claim(1, Duration::from_secs(60))
+                    .await
+                    .expect("claim");
+                assert!(
+                    claimed.tasks.iter().any(|t| t.delivery_id == delivery),
+                    "{}: {delivery} not claimed",
+                    self.name
+                );
+            }
+            None => self.store.start(delivery, event).await.expect("start"),
+        }
+    }
+
+    /// Waits (generously: the machine is loaded) until `event` has `status`; the
+    /// settles of some stores return before their commit.
+    async fn await_status(&self, event: Uuid, status: Status) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let now = self
+                .store
+                .event(event)
+                .await
+                .expect("event")
+                .map(|e| e.status);
+            if now == Some(status) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{}: event {event} is {now:?}, not {status:?}",
+                self.name
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn new_event(key: &str, payload: &str, handlers: &[&str]) -> NewEvent {
+    NewEvent {
+        id: Uuid::now_v7(),
+        idempotency_key: key.into(),
+        event_type: "order.created".into(),
+        payload: payload.into(),
+        payload_sha256: format!("sha-of-{payload}"),
+        created_at: Timestamp::now(),
+        source: None,
+        deliveries: handlers
+            .iter()
+            .map(|h| NewDelivery {
+                id: Uuid::now_v7(),
+                handler: (*h).into(),
+                ordering_value: None,
+            })
+            .collect(),
+    }
+}
+
+fn outcome(delivery: Uuid, event: Uuid, status: Status, attempts: u32) -> Finish {
+    let past = Timestamp(Timestamp::now().0 - chrono::Duration::seconds(1));
+    Finish {
+        delivery_id: delivery,
+        event_id: event,
+        status,
+        attempts,
+        last_error: (status != Status::Completed).then(|| format!("boom {attempts}")),
+        retry_after: (status == Status::Pending).then_some(past),
+    }
+}
+
+fn subscriber(name: &str, url: &str) -> Subscriber {
+    Subscriber {
+        name: name.into(),
+        event_types: vec!["order.*".into()],
+        url: url.into(),
+        secret: Some("s3cret".into()),
+        ordering_key: None,
+        max_attempts: Some(3),
+        backoff: Some(vec!["1s".into(), "5s".into()]),
+        active: true,
+        created_at: Timestamp::now(),
+        updated_at: Timestamp::now(),
+    }
+}
+
+/// Intake: a new key is stored, a retry (same type and payload) is counted on the
+/// event holding the key, another payload under the key changes nothing.
+async fn intake(b: &Backend) -> NewEvent {
+    let first = new_event("key-a", r#"{"n":1}"#, &["h1"]);
+    let stored = b.store.insert_event(first.clone()).await.expect("insert");
+    assert!(stored.created, "{}", b.name);
+    assert_eq!(stored.event.id, first.id);
+    assert_eq!(stored.event.status, Status::Pending);
+    assert_eq!(stored.event.received_count, 1);
+
+    let retry = new_event("key-a", r#"{"n":1}"#, &["h1"]);
+    let again = b.store.insert_event(retry.clone()).await.expect("retry");
+    assert!(!again.created, "{}", b.name);
+    assert_eq!(again.event.id, first.id, "{}", b.name);
+    assert_eq!(again.event.received_count, 2, "{}", b.name);
+
+    let other = new_event("key-a", r#"{"n":2}"#, &["h1"]);
+    let conflict = b.store.insert_event(other).await.expect("conflict");
+    assert!(!conflict.created);
+    assert_eq!(conflict.event.id, first.id);
+    assert_eq!(conflict.event.payload_sha256, first.payload_sha256);
+    assert_eq!(
+        conflict.event.received_count, 2,
+        "{}: a 422 is not counted",
+        b.name
+    );
+
+    let found = b.store.find_key("key-a").await.expect("find");
+    assert_eq!(found.map(|s| (s.id, s.received_count)), Some((first.id, 2)));
+    assert!(
+        b.store
+            .find_key("no-such-key")
+            .await
+            .expect("find")
+            .is_none()
+    );
+
+    let view = b.store.event(first.id).await.expect("event").expect("some");
+    assert_eq!(view.idempotency_key, "key-a");
+    assert_eq!(view.event_type, "order.created");
+    assert_eq!(view.status, Status::Pending);
+    assert_eq!(view.created_at, first.created_at, "{}", b.name);
+    assert_eq!(view.last_received_at, retry.created_at, "{}", b.name);
+    assert_eq!(view.received_count, 2);
+    assert_eq!(view.attempts, 0);
+    assert_eq!(view.deliveries.len(), 1);
+    assert_eq!(view.deliveries[0].handler, "h1");
+    assert_eq!(view.deliveries[0].status, Status::Pending);
+    let by_key = b.store.event_by_key("key-a").await.expect("by key");
+    assert_eq!(by_key.map(|v| v.id), Some(first.id));
+    assert!(
+        b.store
+            .event(Uuid::now_v7())
+            .await
+            .expect("event")
+            .is_none()
+    );
+    first
+}
+
+/// Listing: newest first, filtered, paged with a cursor.
+async fn listing(b: &Backend, first: &NewEvent) -> NewEvent {
+    let unrouted = new_event("key-b", "{}", &[]);
+    b.store
+        .insert_event(unrouted.clone())
+        .await
+        .expect("insert");
+    let waiting = new_event("key-c", "{}", &["h1", "h2"]);
+    b.store.insert_event(waiting.clone()).await.expect("insert");
+    b.await_status(unrouted.id, Status::Completed).await;
+
+    let page = |limit, before| ListQuery {
+        limit,
+        before,
+        ..ListQuery::default()
+    };
+    let one = b.store.list_events(&page(2, None)).await.expect("list");
+    let ids: Vec<Uuid> = one.items.iter().map(|e| e.id).collect();
+    assert_eq!(ids, [waiting.id, unrouted.id], "{}", b.name);
+    assert_eq!(one.items[0].deliveries.len(), 2);
+    let cursor = one.next_cursor.expect("a next page");
+    let before = Some(cursor.parse().expect("uuid cursor"));
+    let two = b.store.list_events(&page(2, before)).await.expect("list");
+    let ids: Vec<Uuid> = two.items.iter().map(|e| e.id).collect();
+    assert_eq!(ids, [first.id], "{}", b.name);
+    assert_eq!(two.next_cursor, None);
+
+    let completed = ListQuery {
+        status: Some(Status::Completed),
+        ..page(10, None)
+    };
+    let done = b.store.list_events(&completed).await.expect("list");
+    assert_eq!(done.items.len(), 1);
+    assert_eq!(done.items[0].id, unrouted.id);
+    let typed = ListQuery {
+        event_type: Some("other.type".into()),
+        ..page(10, None)
+    };
+    assert!(
+        b.store
+            .list_events(&typed)
+            .await
+            .expect("list")
+            .items
+            .is_empty()
+    );
+    waiting
+}
+
+/// Outcomes: a retry, a dead letter, a replay, then success.
+async fn outcomes(b: &Backend, first: &NewEvent) {
+    let (d, e) = (first.deliveries[0].id, first.id);
+    let task = b.store.delivery_task(d).await.expect("task").expect("some");
+    assert_eq!(
+        (task.event_id, task.handler.as_str(), task.attempts),
+        (e, "h1", 0)
+    );
+    assert_eq!(&*task.payload, r#"{"n":1}"#);
+    assert_eq!(task.idempotency_key, "key-a");
+
+    b.take(d, e).await;
+    b.store
+        .finish(outcome(d, e, Status::Pending, 1))
+        .await
+        .expect("finish");
+    let view = b.store.event(e).await.expect("event").expect("some");
+    assert_eq!(view.status, Status::Processing, "{}: a retry waits", b.name);
+    assert_eq!(view.attempts, 1);
+    assert_eq!(view.last_error.as_deref(), Some("boom 1"));
+    assert_eq!(view.deliveries[0].attempts, 1);
+    assert!(view.deliveries[0].retry_after.is_some());
+
+    b.take(d, e).await;
+    b.store
+        .finish(outcome(d, e, Status::Failed, 2))
+        .await
+        .expect("finish");
+    b.await_status(e, Status::Failed).await;
+    let dead = b.store.dead_letters(10, None).await.expect("dead letters");
+    assert_eq!(dead.items.len(), 1, "{}", b.name);
+    let letter = &dead.items[0];
+    assert_eq!((letter.id, letter.attempts), (d, 2));
+    assert_eq!(letter.last_error.as_deref(), Some("boom 2"));
+    assert_eq!(letter.event.id, e);
+    assert_eq!(letter.event.status, Status::Failed);
+    assert_eq!(letter.event.payload.get(), r#"{"n":1}"#);
+    assert_eq!(dead.next_cursor, None);
+
+    let none = ReplayFilter {
+        handler: Some("no-such-handler".into()),
+        ..ReplayFilter::default()
+    };
+    assert!(b.store.replay(none).await.expect("replay").is_empty());
+    let only = ReplayFilter {
+        event: Some(e),
+        ..ReplayFilter::default()
+    };
+    let replayed = b.store.replay(only).await.expect("replay");
+    assert_eq!(replayed.len(), 1);
+    assert_eq!((replayed[0].delivery, replayed[0].event), (d, e));
+    assert_eq!(replayed[0].retry_after, None);
+    b.await_status(e, Status::Processing).await;
+    let dead = b.store.dead_letters(10, None).await.expect("dead letters");
+    assert!(dead.items.is_empty(), "{}", b.name);
+
+    b.take(d, e).await;
+    b.store
+        .finish(outcome(d, e, Status::Completed, 3))
+        .await
+        .expect("finish");
+    b.await_status(e, Status::Completed).await;
+    let view = b.store.event(e).await.expect("event").expect("some");
+    assert_eq!(view.attempts, 3);
+    assert_eq!(view.deliveries[0].status, Status::Completed);
+}
+
+/// Recovery's view, settling, the gauges and retention.
+async fn bookkeeping(b: &Backend, first: &NewEvent, waiting: &NewEvent) {
+    let left = b.store.unfinished().await.expect("unfinished");
+    let mut left_ids: Vec<Uuid> = left.deliveries.iter().map(|d| d.delivery).collect();
+    left_ids.sort();
+    let mut waiting_ids: Vec<Uuid> = waiting.deliveries.iter().map(|d| d.id).collect();
+    waiting_ids.sort();
+    assert_eq!(left_ids, waiting_ids, "{}", b.name);
+    assert!(left.deliveries.iter().all(|d| d.event == waiting.id));
+    assert!(left.unsettled.is_empty());
+
+    b.store.settle(waiting.id).await.expect("settle");
+    b.await_status(waiting.id, Status::Pending).await;
+
+    let stats = b.store.stats().await.expect("stats");
+    assert_eq!(stats.pending_events, 1, "{}", b.name);
+    assert_eq!(stats.dead_letters, 0);
+    assert_eq!(stats.oldest_pending, Some(waiting.created_at), "{}", b.name);
+
+    let past = Timestamp(first.created_at.0 - chrono::Duration::hours(1));
+    assert_eq!(b.store.purge(past, 100).await.expect("purge"), 0);
+    let future = Timestamp(Timestamp::now().0 + chrono::Duration::hours(1));
+    assert_eq!(b.store.purge(future, 1).await.expect("purge"), 1);
+    assert_eq!(b.store.purge(future, 100).await.expect("purge"), 1);
+    assert!(b.store.event(first.id).await.expect("event").is_none());
+    assert!(b.store.find_key("key-b").await.expect("find").is_none());
+    assert!(b.store.event(waiting.id).await.expect("event").is_some());
+}
+
+/// Subscribers: insert, list, update, delete, each refusing what does not apply.
+async fn subscribers(b: &Backend) {
+    let mut s = subscriber("billing", "http://127.0.0.1:9/hook");
+    assert!(b.store.insert_subscriber(s.clone()).await.expect("insert"));
+    assert!(!b.store.insert_subscriber(s.clone()).await.expect("taken"));
+    let minimal = Subscriber {
+        secret: None,
+        max_attempts: None,
+        backoff: None,
+        active: false,
+        ..subscriber("audit", "http://127.0.0.1:9/audit")
+    };
+    assert!(
+        b.store
+            .insert_subscriber(minimal.clone())
+            .await
+            .expect("insert")
+    );
+    assert_eq!(
+        b.store.subscribers().await.expect("list"),
+        [minimal.clone(), s.clone()],
+        "{}",
+        b.name
+    );
+
+    s.url = "http://127.0.0.1:9/other".into();
+    s.ordering_key = Some("customer".into());
+    s.updated_at = Timestamp::now();
+    assert!(b.store.update_subscriber(s.clone()).await.expect("update"));
+    let unknown = subscriber("nobody", "http://127.0.0.1:9/");
+    assert!(!b.store.update_subscriber(unknown).await.expect("update"));
+    let listed = b.store.subscribers().await.expect("list");
+    assert_eq!(listed.get(1), Some(&s), "{}", b.name);
+
+    assert!(b.store.delete_subscriber("billing").await.expect("delete"));
+    assert!(!b.store.delete_subscriber("billing").await.expect("delete"));
+    assert_eq!(b.store.subscribers().await.expect("list"), [minimal]);
+}
+
+/// The whole contract, in order, on one fresh store.
+async fn contract(b: Backend) {
+    let first = intake(&b).await;
+    let waiting = listing(&b, &first).await;
+    outcomes(&b, &first).await;
+    bookkeeping(&b, &first, &waiting).await;
+    subscribers(&b).await;
+}
+
+#[tokio::test]
+async fn the_sqlite_store_keeps_the_contract() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = super::sqlite::SqliteStore::open(
+        &dir.path().join("contract.db"),
+        crate::config::SqliteSynchronous::Normal,
+    )
+    .await
+    .expect("open");
+    contract(Backend {
+        name: "sqlite",
+        store: Arc::new(store),
+        claims: None,
+    })
+    .await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn the_postgres_store_keeps_the_contract() {
+    let Some(db) = super::postgres::tests::TestDb::new().await else {
+        return;
+    };
+    let store = Arc::new(
+        super::postgres::PgStore::open(&db.url, 4)
+            .await
+            .expect("open"),
+    );
+    contract(Backend {
+        name: "postgres",
+        store: store.clone(),
+        claims: Some(store),
+    })
+    .await;
+}
