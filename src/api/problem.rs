@@ -13,11 +13,11 @@
 //! ```
 
 use axum::response::{IntoResponse, Response};
-use http::{HeaderValue, StatusCode, header};
+use http::StatusCode;
 use serde::Serialize;
 
 /// The media type of a problem answer.
-pub const PROBLEM_JSON: &str = "application/problem+json";
+pub use hookbox_layers::rejection::PROBLEM_JSON;
 
 /// An RFC 9457 problem with hookbox's extra `code` member.
 #[derive(Debug, Clone, Serialize)]
@@ -117,18 +117,12 @@ impl From<Problem> for Rejection {
     }
 }
 
+/// Rendered by the layers' [`Rejection`], so that both answer the same bytes.
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = serde_json::to_vec(&self).unwrap_or_default();
-        let mut res = (status, body).into_response();
-        let headers = res.headers_mut();
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
-        if let Some(secs) = self.retry_after {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        }
-        res.extensions_mut().insert(ProblemCode(self.code));
-        res
+        Rejection::from(self)
+            .into_response()
+            .map(axum::body::Body::new)
     }
 }
 
