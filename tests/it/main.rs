@@ -17,6 +17,7 @@ mod intake;
 mod layers;
 mod library;
 mod processing;
+mod pull;
 mod receiver;
 mod security;
 mod sources;

@@ -28,6 +28,12 @@
 //! accepted request creates a new event. The progress line goes to stderr, the
 //! results table to stdout.
 //!
+//! - `websocket` measures a pull source: it is a WebSocket upstream on
+//!   `--listen` (default 127.0.0.1:9100) that, once hookbox's `kind = "websocket"`
+//!   source subscribes, sends `--messages` (50,000) small messages as fast as it
+//!   can, then polls `GET /sources` until the source's committed cursor is the last
+//!   message's, and reports committed messages per second ([`websocket`]).
+//!
 //! Examples:
 //!
 //! ```text
@@ -35,6 +41,7 @@
 //! cargo run --release -p loadgen -- e2e --events 50000 --timeout 5m
 //! ALLOWED_TARGETS=127.0.0.0/8 cargo run --release   # then, elsewhere:
 //! cargo run --release -p loadgen -- deliver --events 20000
+//! cargo run --release -p loadgen -- websocket --messages 50000   # see websocket.rs
 //! ```
 //!
 //! The modules follow the tool's parts: [`cli`] (arguments), [`conn`] (target and
@@ -54,6 +61,7 @@ mod progress;
 mod receiver;
 mod report;
 mod sources;
+mod websocket;
 
 use std::error::Error;
 use std::process::ExitCode;
@@ -72,6 +80,7 @@ async fn main() -> ExitCode {
         Command::Ingest(args) => ingest::run_ingest(args).await,
         Command::E2e(args) => e2e::run_e2e(args).await,
         Command::Deliver(args) => deliver::run_deliver(args).await,
+        Command::Websocket(args) => websocket::run_websocket(args).await,
     };
     match outcome {
         Ok(code) => code,
