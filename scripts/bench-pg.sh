@@ -7,6 +7,11 @@
 #   scripts/bench-pg.sh e2e                    # 100,000 events in all
 #   INSTANCES=2 CONNECTIONS=64 DURATION=10s scripts/bench-pg.sh ingest
 #   INSTANCES=2 EVENTS=100000 scripts/bench-pg.sh e2e
+#   WAITS=1 scripts/bench-pg.sh ingest        # also: where the time goes
+#
+# WAITS=1 samples pg_stat_activity every 50 ms while the load runs and prints, per
+# state and wait event, how many of the sampled hookbox connections were in it
+# (pg_stat_statements needs a server restart to load; sampling does not).
 #
 # PG_SERVER (default postgres://postgres@127.0.0.1:5432) must accept CREATE
 # DATABASE; the database hookbox_bench_<random> is dropped afterwards. Binaries
@@ -76,7 +81,29 @@ for i in $(seq 0 $((instances - 1))); do
     "$workdir/loadgen" "${args[@]}" >"$workdir/loadgen-$i.out" 2>/dev/null &
     gens+=($!)
 done
+sampler=""
+if [[ "${WAITS:-0}" == 1 ]]; then
+    psql "$server/$db" -qAt -c "CREATE UNLOGGED TABLE hookbox_bench_waits (state text, wait text)" >/dev/null
+    (
+        while true; do
+            psql "$server/$db" -qAt -c "INSERT INTO hookbox_bench_waits
+                SELECT state, coalesce(wait_event_type || ':' || wait_event, 'CPU')
+                FROM pg_stat_activity WHERE datname = current_database()
+                  AND application_name = 'hookbox' AND pid <> pg_backend_pid()" >/dev/null 2>&1 || true
+            sleep 0.05
+        done
+    ) &
+    sampler=$!
+fi
 for g in "${gens[@]}"; do wait "$g"; done
+if [[ -n "$sampler" ]]; then
+    kill "$sampler" 2>/dev/null || true
+    wait "$sampler" 2>/dev/null || true
+    echo "--- hookbox's connections, sampled every 50 ms: state, wait event, samples, share"
+    psql "$server/$db" -qAt -F $'\t' -c "SELECT state, wait, count(*),
+        round(100.0 * count(*) / sum(count(*)) OVER (), 1) || '%'
+        FROM hookbox_bench_waits GROUP BY 1, 2 ORDER BY 3 DESC LIMIT 15"
+fi
 for i in $(seq 0 $((instances - 1))); do
     echo "--- load generator $((i + 1)) -> ${urls[$i]}"
     cat "$workdir/loadgen-$i.out"

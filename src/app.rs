@@ -93,7 +93,12 @@ pub async fn open_backend(config: &Config) -> Result<Backend, AppError> {
     #[cfg(feature = "postgres")]
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         let pg = Arc::new(
-            crate::store::postgres::PgStore::open(url, config.database_max_connections).await?,
+            crate::store::postgres::PgStore::open_as(
+                url,
+                config.database_max_connections,
+                &config.instance_id,
+            )
+            .await?,
         );
         return Ok(Backend {
             store: pg.clone(),
@@ -188,7 +193,8 @@ impl App {
         let client = crate::registry::kinds::http::client(guard.clone())
             .map_err(|e| AppError::Http(e.to_string()))?;
         let live = LiveRegistry::new(registry, client, guard, policy(&config));
-        live.reload(&backend.store.subscribers().await?)
+        let (subscribers, version) = backend.store.routing().await?;
+        live.reload_at(&subscribers, version)
             .map_err(|e| AppError::Http(e.to_string()))?;
         let registry = Arc::new(live);
         let (inbox, processing) = new_pair(

@@ -42,6 +42,20 @@ pub const DEFAULT_CONFIG_FILE: &str = "config/hookbox.toml";
 /// (docs/configuration.md).
 pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
 
+/// The longest `INSTANCE_ID` accepted, in bytes.
+pub const MAX_INSTANCE_ID_BYTES: usize = 255;
+
+/// This machine's host name (`HOSTNAME`, else `/etc/hostname`, else `hookbox`): the
+/// default `INSTANCE_ID`.
+pub fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "hookbox".to_owned())
+}
+
 /// The shortest `ADMIN_TOKEN` accepted.
 pub const MIN_ADMIN_TOKEN_CHARS: usize = 16;
 
@@ -70,6 +84,7 @@ pub const SETTINGS: &[(&str, Option<&str>)] = &[
     ("ALLOWED_TARGETS", None),
     ("METRICS_PUBLIC", Some("true")),
     ("LEASE_TIMEOUT", Some("60s")),
+    ("INSTANCE_ID", None),
     ("MAX_CONNECTIONS", Some("10000")),
     ("LOG_LEVEL", Some("info")),
     ("LOG_FORMAT", Some("pretty")),
@@ -193,6 +208,9 @@ pub struct Config {
     pub metrics_public: bool,
     /// PostgreSQL lease length.
     pub lease_timeout: Duration,
+    /// PostgreSQL: who holds this instance's claims (`INSTANCE_ID`, default the
+    /// host name); a restart with the same id takes them back at once.
+    pub instance_id: String,
     /// Open client connections at most; more wait to be accepted.
     pub max_connections: u32,
     /// tracing filter directive.
@@ -278,6 +296,7 @@ impl Config {
             allowed_targets: s.cidrs("ALLOWED_TARGETS")?,
             metrics_public: s.boolean("METRICS_PUBLIC")?,
             lease_timeout: s.nonzero_duration("LEASE_TIMEOUT")?,
+            instance_id: s.instance_id()?,
             max_connections: s.positive("MAX_CONNECTIONS")?,
             log_level: s.log_filter("LOG_LEVEL")?,
             log_format: s.choice(
@@ -508,6 +527,25 @@ impl Settings {
         Ok(Some(Secret(token.to_owned())))
     }
 
+    /// `INSTANCE_ID`: 1 to [`MAX_INSTANCE_ID_BYTES`] bytes of printable characters
+    /// (no control characters); unset, the host name.
+    fn instance_id(&self) -> Result<String, ConfigError> {
+        let id = match self.0.get("INSTANCE_ID") {
+            Some(raw) => raw.trim().to_owned(),
+            None => host_name(),
+        };
+        if id.is_empty() || id.len() > MAX_INSTANCE_ID_BYTES || id.chars().any(char::is_control) {
+            return Err(ConfigError::Invalid {
+                name: "INSTANCE_ID",
+                value: id,
+                reason: format!(
+                    "expected 1 to {MAX_INSTANCE_ID_BYTES} bytes of printable characters"
+                ),
+            });
+        }
+        Ok(id)
+    }
+
     fn nonzero_duration(&self, name: &'static str) -> Result<Duration, ConfigError> {
         let d = self.duration(name)?;
         if d.is_zero() {
@@ -619,6 +657,20 @@ mod tests {
         for bad in ["0", "x", "-1", "4294967296"] {
             let err = Config::from_pairs([("MAX_CONNECTIONS", bad)]).expect_err(bad);
             assert!(err.to_string().contains("MAX_CONNECTIONS"), "{err}");
+        }
+    }
+
+    #[test]
+    fn instance_id_defaults_to_the_host_name_and_must_be_printable() {
+        assert_eq!(Config::default().instance_id, host_name());
+        let c = Config::from_pairs([("INSTANCE_ID", " node-1 ")]).expect("valid");
+        assert_eq!(c.instance_id, "node-1");
+        let longest = "x".repeat(MAX_INSTANCE_ID_BYTES);
+        assert!(Config::from_pairs([("INSTANCE_ID", longest.as_str())]).is_ok());
+        let too_long = "x".repeat(MAX_INSTANCE_ID_BYTES + 1);
+        for bad in ["", "   ", "a\u{7}b", "line\nbreak", too_long.as_str()] {
+            let e = Config::from_pairs([("INSTANCE_ID", bad)]).expect_err(bad);
+            assert!(e.to_string().contains("INSTANCE_ID"), "{e}");
         }
     }
 

@@ -175,6 +175,7 @@ impl Processing {
                 })
             }
             Self::Shared(claims) => {
+                claims.reclaim().await?;
                 claims.refresh_backlog().await?;
                 let mut tasks = claims.spawn(claiming, rest);
                 let (stop, follow) = (rest.clone(), inbox.clone().follow_subscribers());
@@ -268,8 +269,13 @@ impl Drop for Place {
 /// finish together cannot install an older reading over a newer one.
 static RELOADING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// How often an instance sharing PostgreSQL re-reads the subscribers.
+/// How often an instance sharing PostgreSQL re-reads the subscribers (besides
+/// whenever another instance announces a change).
 pub const SUBSCRIBER_REFRESH: Duration = Duration::from_secs(1);
+
+/// How many times one event is routed again because the subscribers changed
+/// while it was being committed.
+const MAX_REROUTES: u32 = 5;
 
 impl Inbox {
     /// What intake's backpressure reads: how full processing is.
@@ -305,19 +311,42 @@ impl Inbox {
 
     /// Commits a new event with its deliveries and hands its jobs to processing, or
     /// returns the event that already holds its key (nothing is queued then).
-    pub async fn accept(&self, event: NewEvent) -> Result<Inserted, InboxError> {
-        let place = Place::take(self, &event);
-        let jobs = Job::for_new_event(&event);
-        let unrouted = event.deliveries.is_empty();
+    ///
+    /// When the subscribers changed since the event was routed (another instance
+    /// changed them, PostgreSQL), the commit is refused: the routing table is
+    /// reloaded, the event routed again and committed with the new deliveries.
+    pub async fn accept(&self, mut event: NewEvent) -> Result<Inserted, InboxError> {
+        let mut place = Place::take(self, &event);
         let inbox = self.clone();
         detached(async move {
-            let inserted = inbox.0.store.insert_event(event).await?;
-            if inserted.created {
-                place.keep();
-                inbox.0.dispatch.submit(jobs);
-                inbox.count_received(&inserted.event.event_type, unrouted);
+            let mut attempts = 0;
+            loop {
+                let jobs = Job::for_new_event(&event);
+                let unrouted = event.deliveries.is_empty();
+                match inbox.0.store.insert_event(event.clone()).await {
+                    Ok(inserted) => {
+                        if inserted.created {
+                            place.keep();
+                            inbox.0.dispatch.submit(jobs);
+                            inbox.count_received(&inserted.event.event_type, unrouted);
+                        }
+                        return Ok(inserted);
+                    }
+                    Err(StoreError::StaleRouting) if attempts < MAX_REROUTES => {
+                        attempts += 1;
+                        drop(place);
+                        // Unless another request has reloaded the table meanwhile.
+                        if inbox.0.registry.versioned().1 == event.routing_version {
+                            inbox.reload_routing().await?;
+                        }
+                        let (registry, version) = inbox.0.registry.versioned();
+                        event.deliveries = registry.deliveries(&event.event_type, &event.payload);
+                        event.routing_version = version;
+                        place = Place::take(&inbox, &event);
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
-            Ok(inserted)
         })
         .await
     }
@@ -364,6 +393,18 @@ impl Inbox {
             self.0.dispatch.submit(due);
         }
         Ok(Some(results))
+    }
+
+    /// Rebuilds the routing table from the stored subscribers (one reload at a
+    /// time, so that an older reading never replaces a newer one).
+    async fn reload_routing(&self) -> Result<(), InboxError> {
+        let _one_at_a_time = RELOADING.lock().await;
+        let (all, version) = self.0.store.routing().await?;
+        self.0
+            .registry
+            .reload_if_changed(&all, version)
+            .map(|_| ())
+            .map_err(|e| InboxError::Routing(e.to_string()))
     }
 
     /// Counts a new event in `hookbox_events_received_total` (labelled by the
@@ -444,11 +485,11 @@ impl Inbox {
         detached(async move {
             let outcome = change.await?;
             let _one_at_a_time = RELOADING.lock().await;
-            let all = inbox.0.store.subscribers().await?;
+            let (all, version) = inbox.0.store.routing().await?;
             inbox
                 .0
                 .registry
-                .reload(&all)
+                .reload_at(&all, version)
                 .map_err(|e| InboxError::Routing(e.to_string()))?;
             Ok(outcome)
         })
@@ -456,17 +497,29 @@ impl Inbox {
     }
 
     /// Reloads the routing table whenever the stored subscribers change (another
-    /// instance created, changed or deleted one); runs until dropped.
+    /// instance created, changed or deleted one: its `NOTIFY`, or the periodic
+    /// re-read); runs until dropped.
     async fn follow_subscribers(self) {
+        let changes = self.0.store.subscriber_changes();
         let mut tick = tokio::time::interval(SUBSCRIBER_REFRESH);
         loop {
-            tick.tick().await;
+            match &changes {
+                Some(changed) => {
+                    tokio::select! {
+                        _ = tick.tick() => {}
+                        () = changed.notified() => {}
+                    }
+                }
+                None => {
+                    tick.tick().await;
+                }
+            }
             // Under the lock of local changes, so that an older reading never
             // replaces a newer one installed meanwhile.
             let _one_at_a_time = RELOADING.lock().await;
-            match self.0.store.subscribers().await {
-                Ok(now) => {
-                    if let Err(e) = self.0.registry.reload_if_changed(&now) {
+            match self.0.store.routing().await {
+                Ok((now, version)) => {
+                    if let Err(e) = self.0.registry.reload_if_changed(&now, version) {
                         warn!(error = %e, "could not apply the subscribers");
                     }
                 }

@@ -173,6 +173,10 @@ pub struct NewEvent {
     pub source: Option<String>,
     /// The deliveries the registry decided on.
     pub deliveries: Vec<NewDelivery>,
+    /// The version of the stored subscribers the routing table that decided
+    /// `deliveries` was built from (PostgreSQL refuses the commit when the
+    /// subscribers changed since: [`StoreError::StaleRouting`](crate::store::StoreError)).
+    pub routing_version: u64,
 }
 
 /// One delivery to create with its event.

@@ -383,7 +383,7 @@ pub async fn commit(
         }
     }
     let id = Uuid::now_v7();
-    let registry = app.registry.current();
+    let (registry, routing_version) = app.registry.versioned();
     let deliveries = registry.deliveries(&parsed.event_type, &parsed.canonical);
     check_ordering_values(&deliveries)?;
     let asked = parsed.fingerprint();
@@ -396,6 +396,7 @@ pub async fn commit(
         created_at: Timestamp::now(),
         source,
         deliveries,
+        routing_version,
     };
     // The commit and the hand-off to processing run on even if the client hangs up.
     let stored = match app.inbox.accept(event).await {

@@ -39,11 +39,20 @@ pub async fn ready(
     if !lifecycle.is_ready() {
         return not_ready("starting: loading unfinished work");
     }
-    match store.ping().await {
-        Ok(()) => Json(json!({"status": "ready"})).into_response(),
-        Err(e) => not_ready(&format!("database: {e}")),
+    // A database that is away must read "not ready" within a probe's timeout, not
+    // hang it while the pool waits for a connection.
+    match tokio::time::timeout(PING_TIMEOUT, store.ping()).await {
+        Ok(Ok(())) => Json(json!({"status": "ready"})).into_response(),
+        Ok(Err(e)) => not_ready(&format!("database: {e}")),
+        Err(_) => not_ready(&format!(
+            "database: no answer within {} ms",
+            PING_TIMEOUT.as_millis()
+        )),
     }
 }
+
+/// How long `/ready` waits for the database's answer.
+pub const PING_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(800);
 
 /// `GET /metrics`: Prometheus text (behind the admin token unless `METRICS_PUBLIC`).
 pub async fn metrics(

@@ -134,6 +134,19 @@ impl Claims {
         tasks
     }
 
+    /// At startup: takes back what a previous run of this instance (same
+    /// `INSTANCE_ID`) held when it died, at once rather than after the lease.
+    pub(crate) async fn reclaim(&self) -> Result<(), crate::store::StoreError> {
+        let n = self.store.reclaim().await?;
+        if n > 0 {
+            info!(
+                deliveries = n,
+                "took back the claims a previous run of this instance held"
+            );
+        }
+        Ok(())
+    }
+
     /// Gives back what this instance still holds (after its workers stopped), so
     /// that other instances take it at once rather than after the lease.
     pub(crate) async fn release(&self) {

@@ -33,7 +33,8 @@ fn invalid(field: &'static str, message: impl Into<String>) -> SubscriberError {
 /// The current routing table, swapped whole when subscribers change.
 pub struct LiveRegistry {
     manifests: Vec<Route>,
-    current: RwLock<Arc<Registry>>,
+    /// The table and the version of the stored subscribers it was built from.
+    current: RwLock<(Arc<Registry>, u64)>,
     /// The subscribers `current` was built from (what a follower compares with).
     installed: std::sync::Mutex<Vec<Subscriber>>,
     client: reqwest::Client,
@@ -52,7 +53,7 @@ impl LiveRegistry {
         let routes = manifests.routes().to_vec();
         Self {
             manifests: routes,
-            current: RwLock::new(Arc::new(manifests)),
+            current: RwLock::new((Arc::new(manifests), 0)),
             installed: std::sync::Mutex::new(Vec::new()),
             client,
             guard,
@@ -62,6 +63,12 @@ impl LiveRegistry {
 
     /// The routing table now.
     pub fn current(&self) -> Arc<Registry> {
+        self.versioned().0
+    }
+
+    /// The routing table now, with the version of the stored subscribers it was
+    /// built from (see [`NewEvent::routing_version`](crate::model::NewEvent)).
+    pub fn versioned(&self) -> (Arc<Registry>, u64) {
         self.current
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -77,6 +84,12 @@ impl LiveRegistry {
     /// that no longer validates (say, `ALLOWED_TARGETS` changed) is left out, and
     /// said so in the log.
     pub fn reload(&self, subscribers: &[Subscriber]) -> Result<(), RegistryError> {
+        let version = self.versioned().1;
+        self.reload_at(subscribers, version)
+    }
+
+    /// [`Self::reload`] from the subscribers stored at `version`.
+    pub fn reload_at(&self, subscribers: &[Subscriber], version: u64) -> Result<(), RegistryError> {
         let mut routes = self.manifests.clone();
         for s in subscribers {
             match self.route_of(s) {
@@ -85,7 +98,7 @@ impl LiveRegistry {
             }
         }
         let registry = Arc::new(Registry::new(routes)?);
-        *self.current.write().unwrap_or_else(|e| e.into_inner()) = registry;
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = (registry, version);
         *self.installed.lock().unwrap_or_else(|e| e.into_inner()) = subscribers.to_vec();
         Ok(())
     }
@@ -93,11 +106,19 @@ impl LiveRegistry {
     /// Rebuilds the table from `subscribers` unless it was built from exactly
     /// these; returns whether it did. Compares with what is *installed*, whoever
     /// installed it, so a change made here and undone elsewhere is still seen.
-    pub fn reload_if_changed(&self, subscribers: &[Subscriber]) -> Result<bool, RegistryError> {
+    /// `version` is the version of the stored subscribers they are; when only it
+    /// changed, it is recorded without a rebuild.
+    pub fn reload_if_changed(
+        &self,
+        subscribers: &[Subscriber],
+        version: u64,
+    ) -> Result<bool, RegistryError> {
         if *self.installed.lock().unwrap_or_else(|e| e.into_inner()) == subscribers {
+            let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
+            current.1 = version;
             return Ok(false);
         }
-        self.reload(subscribers).map(|()| true)
+        self.reload_at(subscribers, version).map(|()| true)
     }
 
     /// Validates a subscriber and makes its route (an `http` handler).

@@ -75,6 +75,7 @@ fn new_event(key: &str, payload: &str, handlers: &[&str]) -> NewEvent {
         payload_sha256: format!("sha-of-{payload}"),
         created_at: Timestamp::now(),
         source: None,
+        routing_version: 0,
         deliveries: handlers
             .iter()
             .map(|h| NewDelivery {

@@ -44,6 +44,10 @@ pub enum StoreError {
     /// A stored value that does not parse (a corrupt or foreign row).
     #[error("corrupt row: {0}")]
     Corrupt(String),
+    /// The subscribers changed since the event was routed (PostgreSQL): route it
+    /// again with the stored subscribers and retry. Nothing was stored.
+    #[error("the subscribers changed since the event was routed")]
+    StaleRouting,
     /// Another process already serves this SQLite file (it holds its lock file).
     #[error(
         "{} is already in use by another hookbox process (it holds {}); stop that one first, or give this one another database file",
@@ -278,6 +282,19 @@ pub trait Store: Send + Sync + 'static {
     /// Every subscriber.
     async fn subscribers(&self) -> Result<Vec<Subscriber>, StoreError>;
 
+    /// Every subscriber, with the version of the stored subscribers they are
+    /// (what [`NewEvent::routing_version`] names). The version only changes on a
+    /// database that several instances share; one instance's store answers 0.
+    async fn routing(&self) -> Result<(Vec<Subscriber>, u64), StoreError> {
+        Ok((self.subscribers().await?, 0))
+    }
+
+    /// Notified when another instance may have changed the subscribers (a
+    /// `NOTIFY` on PostgreSQL); `None` where no other instance can.
+    fn subscriber_changes(&self) -> Option<Arc<tokio::sync::Notify>> {
+        None
+    }
+
     /// Stores a new subscriber; false when the name is taken.
     async fn insert_subscriber(&self, subscriber: Subscriber) -> Result<bool, StoreError>;
 
@@ -359,6 +376,11 @@ pub trait ClaimStore: Send + Sync + 'static {
     /// Gives back every delivery this instance holds (`pending` again, unlocked),
     /// so that other instances take them at once instead of after the lease.
     async fn release(&self) -> Result<u64, StoreError>;
+
+    /// At startup: takes back at once what a previous run of this instance (the
+    /// same `INSTANCE_ID`) still held when it died, instead of waiting for the
+    /// lease. Does nothing when another live process uses the same id.
+    async fn reclaim(&self) -> Result<u64, StoreError>;
 
     /// Deliveries due or running, on every instance: `pending` ones whose
     /// `retry_after` has passed (or that have none) and `processing` ones. Retries

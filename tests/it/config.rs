@@ -48,6 +48,8 @@ fn a_bad_value_exits_2_naming_the_setting() {
         ("METRICS_PUBLIC", "perhaps"),
         ("ALLOWED_TARGETS", "10.0.0.0/40"),
         ("DATABASE_URL", "mysql://db/events"),
+        ("INSTANCE_ID", " "),
+        ("INSTANCE_ID", "bell\u{7}"),
     ] {
         let (code, stderr) = run_with(&[(name, value)], dir.path());
         assert_eq!(code, Some(2), "{name}={value}: {stderr}");

@@ -428,7 +428,7 @@ fn pg_admin(server: &str, sql: String) {
 /// Runs `sql` (simple protocol, so no transaction around a lone statement) on the
 /// database at `url` and returns the first column of its last row as a number (0
 /// when it returns no rows).
-fn pg_scalar(url: &str, sql: &str) -> i64 {
+pub fn pg_scalar(url: &str, sql: &str) -> i64 {
     use sqlx::{Connection, Executor, Row};
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

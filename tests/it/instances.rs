@@ -41,10 +41,17 @@ fn three_instances_complete_every_event_when_one_is_killed_9() {
         ("QUEUE_MAXSIZE", "100000"),
         ("LOG_LEVEL", "hookbox=info,tower_http=warn"),
     ];
-    let mut instances: Vec<Hookbox> = (0..3)
-        .map(|_| Hookbox::restart(dir.clone(), &db.env(&env)))
+    // Each instance its own INSTANCE_ID (the claim owner in `locked_by`).
+    let names = ["node-0", "node-1", "node-2"];
+    let mut instances: Vec<(Hookbox, &str)> = names
+        .iter()
+        .map(|name| {
+            let mut env = env.to_vec();
+            env.push(("INSTANCE_ID", name));
+            (Hookbox::restart(dir.clone(), &db.env(&env)), *name)
+        })
         .collect();
-    let urls: Vec<String> = instances.iter().map(|h| h.url.clone()).collect();
+    let urls: Vec<String> = instances.iter().map(|(h, _)| h.url.clone()).collect();
     // 6 threads post 500 events each, round robin over the instances.
     let ids: Vec<String> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..6)
@@ -74,21 +81,20 @@ fn three_instances_complete_every_event_when_one_is_killed_9() {
     assert_eq!(ids.len(), 3000);
     // Kill one instance while it holds claims, then let the work run.
     let processed = || db.scalar("SELECT count(*) FROM deliveries WHERE status = 'completed'");
-    let held = |pid: u32| {
+    let held = |name: &str| {
         db.scalar(&format!(
-            "SELECT count(*) FROM deliveries WHERE status = 'processing' AND locked_by LIKE '%/{pid}/%'"
+            "SELECT count(*) FROM deliveries WHERE status = 'processing' AND locked_by = '{name}'"
         ))
     };
     let index = eventually(
         Duration::from_secs(60),
         "an instance holding claims",
-        || instances.iter().position(|h| held(h.pid()) > 0),
+        || instances.iter().position(|(_, name)| held(name) > 0),
     );
-    let victim = instances.remove(index);
-    let pid = victim.pid();
+    let (victim, name) = instances.remove(index);
     victim.kill9();
     // What it held when it died: claimed, leased, never to be finished by it.
-    let orphaned = held(pid);
+    let orphaned = held(name);
     assert!(
         orphaned > 0,
         "the killed instance held no work; the test proves nothing"
@@ -100,7 +106,7 @@ fn three_instances_complete_every_event_when_one_is_killed_9() {
             Instant::now() < deadline,
             "only {} of 3000 completed; logs: {:?}",
             processed(),
-            instances[0].logs()
+            instances[0].0.logs()
         );
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -125,7 +131,7 @@ fn three_instances_complete_every_event_when_one_is_killed_9() {
         "{duplicates} duplicates, but the killed instance held only {orphaned}"
     );
     // Survivors see the same truth through the API.
-    for hb in &instances {
+    for (hb, _) in &instances {
         let ev = hb
             .get(&format!("/webhooks/{}", ids[0]))
             .expect("get")
@@ -239,21 +245,20 @@ fn a_subscriber_created_on_one_instance_routes_events_posted_to_another() {
         &[],
     );
     assert_eq!(created.status, 201, "{}", created.text);
-    // Within the refresh period, instance b routes to the new subscriber too.
-    let id = eventually(
-        Duration::from_secs(30),
-        "b routes to the subscriber",
-        || {
-            let (status, body) = post_to(
-                &b.url,
-                &json!({"event_type": "fanout.one", "payload": {}}),
-                None,
-            );
-            assert_eq!(status, 202);
-            let id = body["id"].as_str()?.to_owned();
-            let ev = b.get(&format!("/webhooks/{id}")).ok()?.json();
-            (ev["deliveries"].as_array()?.len() == 1).then_some(id)
-        },
+    // At once: b routes with every subscriber committed before the event (b's copy
+    // is older, so the commit is refused, b reloads and routes again).
+    let (status, body) = post_to(
+        &b.url,
+        &json!({"event_type": "fanout.one", "payload": {}}),
+        None,
+    );
+    assert_eq!(status, 202, "{body}");
+    let id = body["id"].as_str().expect("id").to_owned();
+    let ev = b.get(&format!("/webhooks/{id}")).expect("get").json();
+    assert_eq!(
+        ev["deliveries"].as_array().map(Vec::len),
+        Some(1),
+        "b did not route to the subscriber created on a: {ev}"
     );
     b.wait_status(&id, "completed", Duration::from_secs(20));
     // Deleting it on b stops routing on a.
@@ -300,4 +305,108 @@ fn a_subscriber_created_here_and_deleted_there_at_once_stops_routing_here() {
         let ev = a.get(&format!("/webhooks/{id}")).ok()?.json();
         ev["deliveries"].as_array()?.is_empty().then_some(())
     });
+}
+
+/// `INSTANCE_ID` (issue 13, item 3): an instance killed while it holds a claim and
+/// restarted with the same id runs the delivery again at once, not after
+/// `LEASE_TIMEOUT` (ten minutes here).
+#[test]
+fn a_restarted_instance_takes_back_its_own_claims_at_once() {
+    let Some(db) = Db::postgres() else { return };
+    let dir = new_dir();
+    let go = dir.path().join("go");
+    let log = dir.path().join("handled");
+    let s = script(
+        dir.path(),
+        "wait.sh",
+        &format!(
+            "while [ ! -e {} ]; do sleep 0.05; done\necho \"$HOOKBOX_EVENT_ID\" >> {}",
+            go.display(),
+            log.display()
+        ),
+    );
+    exec_manifest(dir.path(), "slow", r#"["slow"]"#, &s, "timeout = \"300s\"");
+    let env = [
+        ("INSTANCE_ID", "node-a"),
+        ("LEASE_TIMEOUT", "10m"),
+        ("WORKER_COUNT", "2"),
+    ];
+    let first = Hookbox::restart(dir.clone(), &db.env(&env));
+    let (status, body) = post_to(
+        &first.url,
+        &json!({"event_type": "slow", "payload": {}}),
+        None,
+    );
+    assert_eq!(status, 202, "{body}");
+    let id = body["id"].as_str().expect("id").to_owned();
+    let held = || {
+        db.scalar(
+            "SELECT count(*) FROM deliveries WHERE status = 'processing' \
+             AND locked_by = 'node-a' AND locked_until > now() + interval '5 minutes'",
+        )
+    };
+    eventually(Duration::from_secs(30), "node-a holds the delivery", || {
+        (held() == 1).then_some(())
+    });
+    let dir = first.kill9();
+    std::fs::write(&go, "").expect("go");
+    let started = Instant::now();
+    let second = Hookbox::restart(dir, &db.env(&env));
+    second.wait_status(&id, "completed", Duration::from_secs(60));
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "taken back after {:?}",
+        started.elapsed()
+    );
+    let handled = std::fs::read_to_string(&log).expect("log");
+    assert!(handled.contains(&id), "{handled}");
+}
+
+/// Two live processes with one `INSTANCE_ID` (the default host name, on one host):
+/// the second holds its claims under a name of its own and takes nothing back, so
+/// it never steals the first one's running work.
+#[test]
+fn a_second_live_process_with_the_same_id_takes_nothing_back() {
+    let Some(db) = Db::postgres() else { return };
+    let dir = new_dir();
+    let go = dir.path().join("go");
+    let s = script(
+        dir.path(),
+        "wait.sh",
+        &format!("while [ ! -e {} ]; do sleep 0.05; done", go.display()),
+    );
+    exec_manifest(dir.path(), "slow", r#"["slow"]"#, &s, "timeout = \"300s\"");
+    let env = [("INSTANCE_ID", "twin"), ("LEASE_TIMEOUT", "10m")];
+    let first = Hookbox::restart(dir.clone(), &db.env(&env));
+    let (status, _) = post_to(
+        &first.url,
+        &json!({"event_type": "slow", "payload": {}}),
+        None,
+    );
+    assert_eq!(status, 202);
+    eventually(Duration::from_secs(30), "twin holds the delivery", || {
+        let n = db.scalar(
+            "SELECT count(*) FROM deliveries WHERE status = 'processing' AND locked_by = 'twin'",
+        );
+        (n == 1).then_some(())
+    });
+    let second = Hookbox::restart(dir, &db.env(&env));
+    assert!(
+        second
+            .logs()
+            .iter()
+            .any(|l| l.contains("another live process uses this INSTANCE_ID")),
+        "{:?}",
+        second.logs()
+    );
+    // Still held by the first, untouched.
+    assert_eq!(
+        db.scalar(
+            "SELECT count(*) FROM deliveries WHERE status = 'processing' AND locked_by = 'twin'"
+        ),
+        1
+    );
+    std::fs::write(&go, "").expect("go");
+    drop(second);
+    drop(first);
 }

@@ -16,6 +16,7 @@ mod instances;
 mod intake;
 mod layers;
 mod library;
+mod pgrestart;
 mod processing;
 mod pull;
 mod receiver;

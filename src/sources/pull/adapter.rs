@@ -231,7 +231,9 @@ impl Adapter {
         let mut events = Vec::with_capacity(fetched.len());
         let mut refused = Vec::new();
         let mut last_emitted = None;
-        let registry = self.registry.current();
+        // Pull batches commit on their own connection without intake's version
+        // check; the version is kept for the model's sake.
+        let (registry, routing_version) = self.registry.versioned();
         let created_at = Timestamp::now();
         for f in fetched {
             match f.item {
@@ -262,6 +264,7 @@ impl Adapter {
                                 created_at,
                                 source: Some(self.name().to_owned()),
                                 deliveries,
+                                routing_version,
                             },
                             sequence: item.sequence,
                             emitted_at: item.emitted_at,

@@ -175,6 +175,16 @@ impl ClaimStore for PgStore {
         Ok(done.rows_affected())
     }
 
+    /// What a previous run under this `INSTANCE_ID` held is released (as at a
+    /// graceful stop), unless another live process holds the id.
+    async fn reclaim(&self) -> Result<u64, StoreError> {
+        if self.owns_id {
+            self.release().await
+        } else {
+            Ok(0)
+        }
+    }
+
     async fn backlog(&self) -> Result<u64, StoreError> {
         let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(backlog_sql()))
             .fetch_one(&self.pool)
@@ -191,12 +201,7 @@ impl ClaimStore for PgStore {
     }
 
     fn announcements(&self) -> Arc<Notify> {
-        self.listening.get_or_init(|| {
-            tokio::spawn(super::listen::run(
-                self.options.clone(),
-                self.announced.clone(),
-            ));
-        });
+        self.listen();
         self.announced.clone()
     }
 }

@@ -13,11 +13,17 @@ use sqlx::postgres::PgPool;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
-use crate::model::Finish;
+use crate::model::{Finish, Timestamp};
 use crate::store::StoreError;
 
 /// Most outcomes recorded in one call.
 const MAX_BATCH: usize = 512;
+
+/// Records outcomes; $7 holds each retry's delay in milliseconds (or NULL), made a
+/// due time on the database's clock.
+const RECORD: &str = "SELECT hookbox_finish($1, $2, $3, $4, $5, $6, \
+     ARRAY(SELECT now() + r.ms * interval '1 millisecond' \
+           FROM unnest($7::int8[]) WITH ORDINALITY AS r (ms, n) ORDER BY r.n))";
 
 /// An outcome and where to answer once it is committed.
 pub(super) type Request = (Finish, oneshot::Sender<Result<(), StoreError>>);
@@ -27,7 +33,7 @@ pub(super) async fn run(pool: PgPool, owner: Arc<str>, mut rx: mpsc::Receiver<Re
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let finishes: Vec<&Finish> = batch.iter().map(|(f, _)| f).collect();
-        match record(&pool, &owner, &finishes).await {
+        match record(&pool, &owner, &finishes, Timestamp::now()).await {
             Ok(recorded) => {
                 lost(finishes.len(), recorded);
                 for (_, reply) in batch.drain(..) {
@@ -43,7 +49,7 @@ pub(super) async fn run(pool: PgPool, owner: Arc<str>, mut rx: mpsc::Receiver<Re
             Err(e) => {
                 warn!(error = %e, size = batch.len(), "outcome batch failed; recording one by one");
                 for (finish, reply) in batch.drain(..) {
-                    let one = record(&pool, &owner, &[&finish]).await;
+                    let one = record(&pool, &owner, &[&finish], Timestamp::now()).await;
                     let _ = reply.send(one.map(|recorded| lost(1, recorded)));
                 }
             }
@@ -61,11 +67,19 @@ fn lost(sent: usize, recorded: usize) {
     }
 }
 
-async fn record(pool: &PgPool, owner: &str, finishes: &[&Finish]) -> Result<usize, StoreError> {
+/// Records `finishes`. A retry's due time is the database's clock plus the delay
+/// the worker chose (its `retry_after` less `now`, this instance's clock), so that
+/// instances whose clocks disagree still agree on when a retry is due.
+pub(super) async fn record(
+    pool: &PgPool,
+    owner: &str,
+    finishes: &[&Finish],
+    now: Timestamp,
+) -> Result<usize, StoreError> {
     let mut events: Vec<uuid::Uuid> = finishes.iter().map(|f| f.event_id).collect();
     events.sort_unstable();
     events.dedup();
-    let recorded: i32 = sqlx::query_scalar("SELECT hookbox_finish($1, $2, $3, $4, $5, $6, $7)")
+    let recorded: i32 = sqlx::query_scalar(RECORD)
         .bind(owner)
         .bind(finishes.iter().map(|f| f.delivery_id).collect::<Vec<_>>())
         .bind(events)
@@ -90,7 +104,10 @@ async fn record(pool: &PgPool, owner: &str, finishes: &[&Finish]) -> Result<usiz
         .bind(
             finishes
                 .iter()
-                .map(|f| f.retry_after.map(|t| t.0))
+                .map(|f| {
+                    f.retry_after
+                        .map(|t| (t.0 - now.0).num_milliseconds().max(0))
+                })
                 .collect::<Vec<_>>(),
         )
         .fetch_one(pool)

@@ -1,10 +1,11 @@
 //! The PostgreSQL store: a connection pool on a database that several instances
 //! share.
 //!
-//! Intake is one statement (one round trip, one commit): it inserts the event and
-//! its deliveries in one `WITH … INSERT` whose `ON CONFLICT (idempotency_key) DO
-//! UPDATE … WHERE` settles duplicate keys atomically across instances, counting a
-//! retry (same type and payload) on the event that holds the key. Attempt outcomes
+//! Intake is group-committed (`intake.rs`): the events waiting are inserted with
+//! their deliveries by one `WITH … INSERT` over `UNNEST` arrays whose `ON CONFLICT
+//! (idempotency_key) DO UPDATE … WHERE` settles duplicate keys atomically across
+//! instances, counting a retry (same type and payload) on the event that holds the
+//! key. Attempt outcomes
 //! are group-committed by a task (`finisher.rs`) through the `hookbox_finish`
 //! function of the migration, which locks the events first so that outcomes
 //! recorded at once on two instances settle their event correctly.
@@ -14,6 +15,8 @@
 
 mod claim;
 mod finisher;
+mod instance;
+mod intake;
 mod listen;
 mod pull;
 mod rows;
@@ -34,9 +37,7 @@ use super::rows::RowExt;
 use super::{
     EventSummary, Inserted, ListQuery, Page, PendingDelivery, Stats, Store, StoreError, Unfinished,
 };
-use crate::model::{
-    DeadLetter, DeliveryTask, EventView, Finish, NewEvent, Status, Subscriber, Timestamp,
-};
+use crate::model::{DeadLetter, DeliveryTask, EventView, Finish, NewEvent, Subscriber, Timestamp};
 use crate::store::ReplayFilter;
 use rows::{EVENT_COLUMNS, SUMMARY_COLUMNS, TASK_COLUMNS};
 
@@ -53,10 +54,17 @@ pub struct PgStore {
     options: PgConnectOptions,
     /// This instance's id in `locked_by`.
     owner: Arc<str>,
+    /// Whether `owner` is this instance's `INSTANCE_ID` itself (this process holds
+    /// the id's lock), so that what a previous run held under it is ours to take back.
+    owns_id: bool,
     /// Poked by the `LISTEN` task.
     announced: Arc<Notify>,
+    /// Poked by the `LISTEN` task when another instance changed the subscribers.
+    subscribers_changed: Arc<Notify>,
     /// The group-commit task for outcomes.
     finishes: mpsc::Sender<finisher::Request>,
+    /// The group-commit task for intake.
+    inserts: mpsc::Sender<intake::Request>,
     listening: Arc<OnceLock<()>>,
     /// The gauges' counts, computed at most once a second.
     stats: Arc<super::StatsCache>,
@@ -65,8 +73,19 @@ pub struct PgStore {
 impl PgStore {
     /// Connects to `url` (`postgres://…`) with at most `max_connections` pooled
     /// connections and applies the migrations (instances starting at once take
-    /// turns: sqlx holds an advisory lock while it migrates).
+    /// turns: sqlx holds an advisory lock while it migrates). The instance id is
+    /// the host name.
     pub async fn open(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+        Self::open_as(url, max_connections, &crate::config::host_name()).await
+    }
+
+    /// [`Self::open`] for the instance `instance_id` (`INSTANCE_ID`): the claims it
+    /// makes are held under that id (see [`instance`]).
+    pub async fn open_as(
+        url: &str,
+        max_connections: u32,
+        instance_id: &str,
+    ) -> Result<Self, StoreError> {
         let options = PgConnectOptions::from_str(url)?.application_name("hookbox");
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
@@ -77,19 +96,35 @@ impl PgStore {
             .connect_with(options.clone())
             .await?;
         sqlx::migrate!("migrations/postgres").run(&pool).await?;
-        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "hookbox".to_owned());
-        let owner: Arc<str> = format!("{host}/{}/{}", std::process::id(), Uuid::now_v7()).into();
+        let (owner, owns_id) = instance::take(&options, instance_id).await?;
+        let owner: Arc<str> = owner.into();
         let (finishes, rx) = mpsc::channel(4096);
         tokio::spawn(finisher::run(pool.clone(), owner.clone(), rx));
+        let (inserts, rx) = mpsc::channel(intake::MAX_BATCH * 4);
+        tokio::spawn(intake::run(pool.clone(), rx));
         Ok(Self {
             pool,
             options,
             owner,
+            owns_id,
             finishes,
+            inserts,
             announced: Arc::new(Notify::new()),
+            subscribers_changed: Arc::new(Notify::new()),
             listening: Arc::new(OnceLock::new()),
             stats: Arc::default(),
         })
+    }
+
+    /// Starts the `LISTEN` task once (new work and subscriber changes).
+    fn listen(&self) {
+        self.listening.get_or_init(|| {
+            tokio::spawn(listen::run(
+                self.options.clone(),
+                self.announced.clone(),
+                self.subscribers_changed.clone(),
+            ));
+        });
     }
 
     /// The pool (for tools and tests).
@@ -162,62 +197,14 @@ SELECT e.*, (SELECT count(*) FROM d) AS deliveries FROM e";
 
 #[async_trait]
 impl Store for PgStore {
+    /// Group-committed with whatever other events are waiting (`intake.rs`).
     async fn insert_event(&self, event: NewEvent) -> Result<Inserted, StoreError> {
-        // An event no handler routes is complete at once (no settle job needed).
-        let status = if event.deliveries.is_empty() {
-            Status::Completed
-        } else {
-            Status::Pending
-        };
-        let ids: Vec<Uuid> = event.deliveries.iter().map(|d| d.id).collect();
-        let handlers: Vec<String> = event.deliveries.iter().map(|d| d.handler.clone()).collect();
-        let values: Vec<Option<String>> = event
-            .deliveries
-            .iter()
-            .map(|d| d.ordering_value.clone())
-            .collect();
-        let row = sqlx::query(INSERT_EVENT)
-            .bind(event.id)
-            .bind(&event.idempotency_key)
-            .bind(&event.event_type)
-            .bind(&event.payload)
-            .bind(&event.payload_sha256)
-            .bind(status.as_str())
-            .bind(event.created_at.0)
-            .bind(ids)
-            .bind(handlers)
-            .bind(values)
-            .bind(&event.source)
-            .fetch_optional(&self.pool)
-            .await?;
-        match row.as_ref().map(rows::summary).transpose()? {
-            Some(stored) if stored.id == event.id => Ok(Inserted {
-                event: EventSummary {
-                    id: event.id,
-                    idempotency_key: event.idempotency_key,
-                    event_type: event.event_type,
-                    status: Status::Pending,
-                    created_at: event.created_at,
-                    payload_sha256: event.payload_sha256,
-                    received_count: 1,
-                },
-                created: true,
-            }),
-            // A retry, counted on the event that holds the key.
-            Some(stored) => Ok(Inserted {
-                event: stored,
-                created: false,
-            }),
-            // The key is taken by another type or payload (the insert waited for
-            // the other transaction to commit), so this new statement sees it.
-            None => match self.find_key(&event.idempotency_key).await? {
-                Some(existing) => Ok(Inserted {
-                    event: existing,
-                    created: false,
-                }),
-                None => Err(StoreError::Corrupt("conflicting key not found".into())),
-            },
-        }
+        let (reply, answer) = oneshot::channel();
+        self.inserts
+            .send((event, reply))
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        answer.await.map_err(|_| StoreError::WriterGone)?
     }
 
     async fn find_key(&self, key: &str) -> Result<Option<EventSummary>, StoreError> {
@@ -436,6 +423,33 @@ impl Store for PgStore {
         .iter()
         .map(rows::subscriber)
         .collect()
+    }
+
+    /// The subscribers and their version (migration 0009), read in one snapshot.
+    async fn routing(&self) -> Result<(Vec<Subscriber>, u64), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .execute(&mut *tx)
+            .await?;
+        let version: i64 = sqlx::query_scalar("SELECT version FROM hookbox_routing WHERE id = 1")
+            .fetch_one(&mut *tx)
+            .await?;
+        let subscribers = sqlx::query(
+            "SELECT name, event_types, url, secret, ordering_key, max_attempts, backoff, active, \
+                    created_at, updated_at FROM subscribers ORDER BY name",
+        )
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(rows::subscriber)
+        .collect::<Result<Vec<_>, _>>()?;
+        tx.commit().await?;
+        Ok((subscribers, u64::try_from(version).unwrap_or(0)))
+    }
+
+    fn subscriber_changes(&self) -> Option<Arc<Notify>> {
+        self.listen();
+        Some(self.subscribers_changed.clone())
     }
 
     async fn insert_subscriber(&self, subscriber: Subscriber) -> Result<bool, StoreError> {

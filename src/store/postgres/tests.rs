@@ -268,3 +268,189 @@ async fn a_refused_outcome_fails_alone_not_with_its_batch() {
     assert_eq!(failed, 1);
     drop(store);
 }
+
+/// One clock (issue 13, item 4): a retry's due time is the database's `now()` plus
+/// the delay the worker chose, whatever this instance's clock says. The instance's
+/// clock is one hour ahead here: its `retry_after` (its now + 10 s) is stored as
+/// the database's now + 10 s, not an hour and 10 s away.
+#[tokio::test]
+async fn retries_are_due_on_the_database_clock() {
+    let Some(db) = TestDb::new().await else {
+        return;
+    };
+    let store = PgStore::open(&db.url, 2).await.expect("open");
+    store
+        .pool()
+        .execute(sqlx::raw_sql(
+            "INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256,
+                                 status, created_at, updated_at)
+             VALUES (gen_random_uuid(), 'k', 't', '{}', '-', 'pending', now(), now());
+             INSERT INTO deliveries (id, event_id, handler, created_at, updated_at)
+             SELECT gen_random_uuid(), id, 'h', now(), now() FROM events;",
+        ))
+        .await
+        .expect("fill");
+    let claimed = store
+        .claim(1, std::time::Duration::from_secs(30))
+        .await
+        .expect("claim")
+        .tasks;
+    assert_eq!(claimed.len(), 1);
+    let skewed = crate::model::Timestamp(chrono::Utc::now() + chrono::Duration::hours(1));
+    let finish = crate::model::Finish {
+        delivery_id: claimed[0].delivery_id,
+        event_id: claimed[0].event_id,
+        status: crate::model::Status::Pending,
+        attempts: 1,
+        last_error: Some("503".to_owned()),
+        retry_after: Some(crate::model::Timestamp(
+            skewed.0 + chrono::Duration::seconds(10),
+        )),
+    };
+    let recorded = super::finisher::record(store.pool(), &store.owner, &[&finish], skewed)
+        .await
+        .expect("record");
+    assert_eq!(recorded, 1);
+    let due_in: f64 = sqlx::query_scalar(
+        "SELECT EXTRACT(EPOCH FROM retry_after - now())::float8 FROM deliveries",
+    )
+    .fetch_one(store.pool())
+    .await
+    .expect("due");
+    assert!(
+        (8.0..=10.5).contains(&due_in),
+        "due in {due_in} s on the database's clock"
+    );
+    drop(store);
+}
+
+fn new_event(key: &str, payload: &str, handlers: &[&str]) -> crate::model::NewEvent {
+    crate::model::NewEvent {
+        id: uuid::Uuid::now_v7(),
+        idempotency_key: key.into(),
+        event_type: "t".into(),
+        payload: payload.into(),
+        payload_sha256: format!("sha-of-{payload}"),
+        created_at: crate::model::Timestamp::now(),
+        source: None,
+        deliveries: handlers
+            .iter()
+            .map(|h| crate::model::NewDelivery {
+                id: uuid::Uuid::now_v7(),
+                handler: (*h).into(),
+                ordering_value: None,
+            })
+            .collect(),
+        routing_version: 0,
+    }
+}
+
+/// Group commit keeps intake's answers: many events at once (one batch or a few),
+/// one key sent three times in them (one event: one new, the same payload counted,
+/// another payload refused), every other one new with its delivery.
+#[tokio::test]
+async fn a_batch_answers_each_event_as_one_at_a_time_did() {
+    use crate::store::Store;
+    let Some(db) = TestDb::new().await else {
+        return;
+    };
+    let store = PgStore::open(&db.url, 4).await.expect("open");
+    let mut calls = Vec::new();
+    for n in 0..200 {
+        let s = store.clone();
+        calls.push(tokio::spawn(async move {
+            s.insert_event(new_event(&format!("k{n}"), "{}", &["h"]))
+                .await
+        }));
+    }
+    let same = [
+        new_event("dup", "{\"a\":1}", &["h"]),
+        new_event("dup", "{\"a\":1}", &["h"]),
+        new_event("dup", "{\"a\":2}", &["h"]),
+    ];
+    let dups: Vec<_> = same
+        .into_iter()
+        .map(|e| {
+            let s = store.clone();
+            tokio::spawn(async move { s.insert_event(e).await })
+        })
+        .collect();
+    for call in calls {
+        assert!(call.await.expect("task").expect("stored").created);
+    }
+    let mut answers = Vec::new();
+    for d in dups {
+        answers.push(d.await.expect("task").expect("stored"));
+    }
+    let created: Vec<_> = answers.iter().filter(|a| a.created).collect();
+    assert_eq!(created.len(), 1, "{answers:?}");
+    let id = created[0].event.id;
+    assert!(answers.iter().all(|a| a.event.id == id), "{answers:?}");
+    let count = |sql: &str| {
+        let pool = store.pool().clone();
+        let sql = sql.to_owned();
+        async move {
+            sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql))
+                .fetch_one(&pool)
+                .await
+                .expect("count")
+        }
+    };
+    assert_eq!(count("SELECT count(*) FROM events").await, 201);
+    assert_eq!(count("SELECT count(*) FROM deliveries").await, 201);
+    // The retries with the stored payload were counted; the other payload was not.
+    let stored: String =
+        sqlx::query_scalar("SELECT payload FROM events WHERE idempotency_key = 'dup'")
+            .fetch_one(store.pool())
+            .await
+            .expect("payload");
+    let expected = if stored == "{\"a\":1}" { 2 } else { 1 };
+    let received =
+        count("SELECT received_count::int8 FROM events WHERE idempotency_key = 'dup'").await;
+    assert_eq!(received, expected, "stored {stored}");
+    drop(store);
+}
+
+/// An event routed before another instance changed the subscribers is refused
+/// (nothing stored) with [`StoreError::StaleRouting`](crate::store::StoreError);
+/// routed with the current version, it is stored.
+#[tokio::test]
+async fn an_event_routed_with_old_subscribers_is_refused() {
+    use crate::store::{Store, StoreError};
+    let Some(db) = TestDb::new().await else {
+        return;
+    };
+    let store = PgStore::open(&db.url, 2).await.expect("open");
+    let (_, before) = store.routing().await.expect("routing");
+    let now = crate::model::Timestamp::now();
+    let subscriber = crate::model::Subscriber {
+        name: "s".into(),
+        event_types: vec!["t".into()],
+        url: "https://example.com/h".into(),
+        secret: None,
+        ordering_key: None,
+        max_attempts: None,
+        backoff: None,
+        active: true,
+        created_at: now,
+        updated_at: now,
+    };
+    assert!(store.insert_subscriber(subscriber).await.expect("insert"));
+    let (subscribers, after) = store.routing().await.expect("routing");
+    assert_eq!(subscribers.len(), 1);
+    assert!(after > before, "{before} -> {after}");
+    let mut stale = new_event("k", "{}", &[]);
+    stale.routing_version = before;
+    assert!(matches!(
+        store.insert_event(stale.clone()).await,
+        Err(StoreError::StaleRouting)
+    ));
+    let none: i64 = sqlx::query_scalar("SELECT count(*) FROM events")
+        .fetch_one(store.pool())
+        .await
+        .expect("count");
+    assert_eq!(none, 0);
+    stale.routing_version = after;
+    assert!(store.insert_event(stale).await.expect("stored").created);
+    drop(store);
+}
