@@ -75,6 +75,7 @@ pub(super) async fn run(a: &Adapter, s: &mut Session, backoff: &mut Backoff) -> 
             }
         };
         a.status().succeeded();
+        a.status().update_lag();
         backoff.reset();
         if texts.is_empty() {
             if !wait(a, *interval).await {

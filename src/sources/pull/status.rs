@@ -98,10 +98,15 @@ impl PullStatus {
         self.inner().state
     }
 
-    /// Moves to `state`; `hookbox_source_up` is 1 only while running.
+    /// Moves to `state`; `hookbox_source_up` is 1 while running or paused (connected
+    /// or polling without error), else 0.
     pub fn set_state(&self, state: State) {
         self.inner().state = state;
-        let up = if state == State::Running { 1.0 } else { 0.0 };
+        let up = if matches!(state, State::Running | State::Paused) {
+            1.0
+        } else {
+            0.0
+        };
         metrics::gauge!(names::SOURCE_UP, "source" => self.name.clone()).set(up);
     }
 

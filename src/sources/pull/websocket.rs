@@ -24,6 +24,8 @@ use super::spec::Transport;
 
 /// Messages read ahead of the commits.
 pub(super) const READ_AHEAD: usize = 8192;
+/// How often the lag gauge is refreshed while no message comes.
+const LAG_TICK: std::time::Duration = std::time::Duration::from_secs(1);
 /// Most messages committed in one transaction.
 pub(super) const MAX_GROUP: usize = 4096;
 
@@ -201,6 +203,11 @@ async fn commit_loop(
                 if n == 0 {
                     return Closed::Failed("the connection ended".into());
                 }
+            }
+            // A quiet stream: the lag gauge still follows the clock.
+            () = tokio::time::sleep(LAG_TICK) => {
+                status.update_lag();
+                continue;
             }
         }
         match commit(a, s, std::mem::take(&mut buf)).await {
