@@ -33,8 +33,9 @@ use crate::store::{EventSummary, Inserted, StoreError};
 pub(super) const MAX_BATCH: usize = 1000;
 
 /// How long a batch waits for a pooled connection: short, so that intake answers
-/// 503 within a second while the database is away.
-const ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(800);
+/// 503 within a second while the database is away — a request may wait for a
+/// batch slot (one such wait) and then for its own batch's (another).
+const ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(400);
 
 /// Batches committing at once (each holds a pooled connection meanwhile).
 pub(super) const IN_FLIGHT: usize = 3;
