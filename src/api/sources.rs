@@ -20,6 +20,13 @@ pub struct Items<T> {
 }
 
 /// `GET /sources` (admin).
+#[utoipa::path(
+    get,
+    path = "/sources",
+    tag = "sources",
+    responses((status = 200, description = "`{\"items\": [...]}`: every source with its \
+               counts (this instance, since it started)", body = serde_json::Value))
+)]
 pub async fn list(State(sources): State<Arc<Sources>>) -> Json<Items<SourceView>> {
     Json(Items {
         items: sources.all().iter().map(|s| s.view()).collect(),
@@ -27,6 +34,17 @@ pub async fn list(State(sources): State<Arc<Sources>>) -> Json<Items<SourceView>
 }
 
 /// `GET /sources/{name}/rejected` (admin): 404 for an unknown source.
+#[utoipa::path(
+    get,
+    path = "/sources/{name}/rejected",
+    tag = "sources",
+    params(("name" = String, Path, description = "The source's name")),
+    responses(
+        (status = 200, description = "`{\"items\": [...]}`: its refused requests, newest first \
+                                      (without secret-bearing headers)", body = serde_json::Value),
+        (status = 404, description = "`not_found`: no such source", content_type = "application/problem+json", body = Problem),
+    )
+)]
 pub async fn rejected(
     State(sources): State<Arc<Sources>>,
     Path(name): Path<String>,

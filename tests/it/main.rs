@@ -5,6 +5,7 @@
 
 #![allow(unreachable_pub, clippy::unwrap_used)]
 
+mod attempts;
 mod config;
 mod delivery;
 mod docs;

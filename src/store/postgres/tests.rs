@@ -242,6 +242,7 @@ async fn a_refused_outcome_fails_alone_not_with_its_batch() {
         attempts: 1,
         last_error: Some(error.to_owned()),
         retry_after: None,
+        attempt: None,
     };
     // Both are queued before the finisher runs (this runtime has one thread), so
     // they are one batch.
