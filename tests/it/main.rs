@@ -17,6 +17,7 @@ mod instances;
 mod intake;
 mod layers;
 mod library;
+mod openapi;
 mod processing;
 mod receiver;
 mod security;
