@@ -10,6 +10,7 @@
 #   SQLITE_SYNCHRONOUS=normal WORKER_COUNT=32 scripts/bench.sh
 #   scripts/bench.sh ingest --source github             # a signed GitHub source
 #   scripts/bench.sh sources --duration 10s             # both, interleaved, 3 each
+#   BENCH_BIN_DIR=/tmp/before scripts/bench.sh e2e --events 50000   # no build: A/B runs
 #
 # Arguments go to target/release/loadgen (the workspace crate crates/loadgen; see
 # `loadgen --help`); the
@@ -45,8 +46,15 @@ pick_port() {
     fi
 }
 
-echo "bench.sh: building (release)" >&2
-cargo build --release -p hookbox -p loadgen --bin hookbox --bin loadgen
+# BENCH_BIN_DIR: run the hookbox and loadgen binaries of that folder instead of
+# building this checkout (to interleave runs of two builds back to back).
+if [[ -n "${BENCH_BIN_DIR:-}" ]]; then
+    bin_dir="$BENCH_BIN_DIR"
+else
+    echo "bench.sh: building (release)" >&2
+    cargo build --release -p hookbox -p loadgen --bin hookbox --bin loadgen
+    bin_dir=target/release
+fi
 
 port="$(pick_port)"
 url="http://127.0.0.1:${port}"
@@ -109,7 +117,7 @@ DB_PATH="$workdir/events.db" \
     SOURCES_DIR="$workdir/sources" \
     BENCH_GITHUB_SECRET=bench-github-secret \
     LOG_LEVEL="${LOG_LEVEL:-warn}" \
-    target/release/hookbox serve >"$log" 2>&1 &
+    "$bin_dir/hookbox" serve >"$log" 2>&1 &
 hookbox_pid=$!
 
 # Wait up to 30s for GET /ready to answer 200.
@@ -145,10 +153,10 @@ if [[ "$1" == sources ]]; then
         for mode in "" "--source github"; do
             echo "bench.sh: round $round: ingest $mode" >&2
             # shellcheck disable=SC2086
-            target/release/loadgen ingest $mode "$@"
+            "$bin_dir/loadgen" ingest $mode "$@"
         done
     done
     exit 0
 fi
 
-target/release/loadgen "$@"
+"$bin_dir/loadgen" "$@"

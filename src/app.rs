@@ -239,6 +239,12 @@ impl App {
         self.local
     }
 
+    /// The router [`App::run`] serves (for tests that walk its routes).
+    #[cfg(test)]
+    pub(crate) fn router(&self) -> axum::Router {
+        crate::api::router(self.state.clone())
+    }
+
     /// Serves until `shutdown` resolves, then drains (see the module docs).
     pub async fn run(
         self,

@@ -64,6 +64,7 @@ pub mod json;
 pub use hookbox_layers as layers;
 pub mod model;
 pub(crate) mod processing;
+pub mod redact;
 pub mod registry;
 pub mod retention;
 pub mod retry;

@@ -45,6 +45,8 @@ enum Command {
         #[command(subcommand)]
         command: SourcesCommand,
     },
+    /// Print the OpenAPI 3.1 document that GET /openapi.json serves.
+    Openapi,
     /// Exit 0 when the service at URL answers /ready with 200 (for HEALTHCHECK).
     Health {
         /// Base URL of the service.
@@ -80,6 +82,11 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The API's description needs no configuration (nor a valid one).
+    if matches!(cli.command, Some(Command::Openapi)) {
+        println!("{}", hookbox::api::openapi::json());
+        return ExitCode::SUCCESS;
+    }
     let config = match Config::load() {
         Ok(c) => c,
         Err(e) => {
@@ -105,6 +112,7 @@ fn main() -> ExitCode {
             Command::Sources {
                 command: SourcesCommand::Check { dir },
             } => Ok(check_sources(&config, dir)),
+            Command::Openapi => Ok(ExitCode::SUCCESS),
         }
     });
     match result {

@@ -2,12 +2,12 @@
 //! and the timestamp format of the API.
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Serialize, Serializer};
 use uuid::Uuid;
 
 /// Lifecycle of an event and of each of its deliveries:
 /// `pending → processing → completed | failed`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     /// Accepted and waiting for a worker (or for its retry time).
@@ -60,7 +60,8 @@ impl Status {
 
 /// A point in time as the API shows it: RFC 3339, UTC, milliseconds
 /// (`2026-11-25T22:44:57.123Z`). Stored in the same text form in SQLite, where it sorts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, utoipa::ToSchema)]
+#[schema(value_type = String, format = DateTime, example = "2026-11-25T22:44:57.123Z")]
 pub struct Timestamp(pub DateTime<Utc>);
 
 impl Timestamp {
@@ -102,7 +103,7 @@ impl Serialize for Timestamp {
 }
 
 /// One handler's share of an event, as the status API shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct DeliveryView {
     /// The handler's name.
     pub handler: String,
@@ -119,7 +120,7 @@ pub struct DeliveryView {
 }
 
 /// A stored event with everything the status API shows about it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct EventView {
     /// UUID v7, so ids sort by creation time.
     pub id: Uuid,
@@ -247,10 +248,88 @@ pub struct Finish {
     pub last_error: Option<String>,
     /// When the retry is due.
     pub retry_after: Option<Timestamp>,
+    /// The attempt this outcome ends, kept in the attempt history in the same commit
+    /// (`None` when no attempt ran, e.g. its handler is no longer registered).
+    pub attempt: Option<Attempt>,
+}
+
+/// What one attempt came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptOutcome {
+    /// The handler succeeded: the delivery is done.
+    Completed,
+    /// It failed and the delivery will be tried again.
+    Retry,
+    /// It failed and the delivery is dead-lettered.
+    DeadLetter,
+}
+
+impl AttemptOutcome {
+    /// The name stored in the database and shown by the API.
+    ///
+    /// ```
+    /// assert_eq!(hookbox::model::AttemptOutcome::DeadLetter.as_str(), "dead_letter");
+    /// ```
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::Retry => "retry",
+            Self::DeadLetter => "dead_letter",
+        }
+    }
+
+    /// Parses a stored outcome name.
+    ///
+    /// ```
+    /// use hookbox::model::AttemptOutcome;
+    /// assert_eq!(AttemptOutcome::parse("retry"), Some(AttemptOutcome::Retry));
+    /// assert_eq!(AttemptOutcome::parse("failed"), None);
+    /// ```
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "completed" => Some(Self::Completed),
+            "retry" => Some(Self::Retry),
+            "dead_letter" => Some(Self::DeadLetter),
+            _ => None,
+        }
+    }
+}
+
+/// One attempt of one delivery, as `GET /webhooks/{id}/attempts` shows it: every
+/// attempt is kept as long as its event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct Attempt {
+    /// The handler (the delivery is the event's one for this handler).
+    pub handler: String,
+    /// Its number among the delivery's attempts, from 1.
+    pub attempt: u32,
+    /// When it started (shown as RFC 3339 UTC with milliseconds).
+    #[serde(serialize_with = "millis")]
+    #[schema(value_type = Timestamp)]
+    pub started_at: DateTime<Utc>,
+    /// How long it ran.
+    pub duration_ms: u64,
+    /// What it came to.
+    pub outcome: AttemptOutcome,
+    /// The HTTP status of the answer (http handlers that got one).
+    pub response_status: Option<u16>,
+    /// Why it failed: the error, or the status and first bytes of the answer; at most
+    /// [`Attempt::MAX_ERROR_BYTES`], credentials stripped.
+    pub error: Option<String>,
+}
+
+impl Attempt {
+    /// The longest `error` kept.
+    pub const MAX_ERROR_BYTES: usize = 1024;
+}
+
+fn millis<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+    Timestamp(*t).serialize(s)
 }
 
 /// An http handler registered at run time (docs/handlers.md, "Subscribers").
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct Subscriber {
     /// Unique among manifests and subscribers.
     pub name: String,
@@ -278,7 +357,7 @@ pub struct Subscriber {
 }
 
 /// A failed delivery with its event, as `GET /dead-letters` lists it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct DeadLetter {
     /// The delivery id.
     pub id: Uuid,
@@ -297,7 +376,7 @@ pub struct DeadLetter {
 }
 
 /// The event of a dead letter, payload included (for inspection before replay).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct DeadLetterEvent {
     /// Event id.
     pub id: Uuid,
@@ -310,5 +389,6 @@ pub struct DeadLetterEvent {
     /// Acceptance time.
     pub created_at: Timestamp,
     /// The payload.
+    #[schema(value_type = serde_json::Value)]
     pub payload: Box<serde_json::value::RawValue>,
 }

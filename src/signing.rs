@@ -45,6 +45,12 @@ impl Secret {
         Ok(Self(key))
     }
 
+    /// The key as its `whsec_` text carries it (base64), to hide it wherever a
+    /// receiver's answer repeats it.
+    pub(crate) fn base64(&self) -> String {
+        STANDARD.encode(&self.0)
+    }
+
     /// Parses a space-separated list (secret rotation).
     pub fn parse_list(text: &str) -> Result<Vec<Self>, InvalidSecret> {
         let list: Vec<Self> = text

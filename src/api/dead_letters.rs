@@ -15,15 +15,27 @@ use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use serde::Deserialize;
-use serde_json::json;
 
 use crate::api::problem::Problem;
 use crate::api::status::{page_limit, parse_id};
 use crate::inbox::Inbox;
-use crate::model::Timestamp;
-use crate::store::{PendingDelivery, ReplayFilter, Store};
+use crate::model::{DeadLetter, EventView, Timestamp};
+use crate::store::{Page, PendingDelivery, ReplayFilter, Store};
 
 /// `GET /dead-letters?limit=&cursor=`.
+#[utoipa::path(
+    get,
+    path = "/dead-letters",
+    tag = "operating",
+    params(
+        ("limit" = Option<u32>, Query, description = "Page size, 1 to 500 (default 50)"),
+        ("cursor" = Option<String>, Query, description = "The previous page's `next_cursor`"),
+    ),
+    responses(
+        (status = 200, description = "Failed deliveries with their event, newest first", body = Page<DeadLetter>),
+        (status = 400, description = "`invalid_query`", content_type = "application/problem+json", body = Problem),
+    )
+)]
 pub async fn list(
     State(store): State<Arc<dyn Store>>,
     Query(params): Query<HashMap<String, String>>,
@@ -54,6 +66,18 @@ async fn replay(inbox: &Inbox, filter: ReplayFilter) -> Result<Vec<PendingDelive
 }
 
 /// `POST /webhooks/{id}/replay` → 202 with the event.
+#[utoipa::path(
+    post,
+    path = "/webhooks/{id}/replay",
+    tag = "operating",
+    params(("id" = String, Path, description = "The event's id (a UUID)")),
+    responses(
+        (status = 202, description = "Its failed deliveries are pending again (attempts and history kept)", body = EventView),
+        (status = 400, description = "`invalid_id`", content_type = "application/problem+json", body = Problem),
+        (status = 404, description = "`not_found`", content_type = "application/problem+json", body = Problem),
+        (status = 409, description = "`not_failed`: nothing to replay", content_type = "application/problem+json", body = Problem),
+    )
+)]
 pub async fn replay_event(
     State(inbox): State<Inbox>,
     State(store): State<Arc<dyn Store>>,
@@ -82,15 +106,36 @@ pub async fn replay_event(
 }
 
 /// The body of `POST /dead-letters/replay` (all optional; none = every dead letter).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct BulkReplay {
+pub struct BulkReplay {
+    /// Only events of this type.
     event_type: Option<String>,
+    /// Only this handler's deliveries.
     handler: Option<String>,
+    /// Only events created before this time (RFC 3339).
     before: Option<String>,
 }
 
+/// The answer of `POST /dead-letters/replay`.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct Replayed {
+    /// How many deliveries are pending again.
+    pub replayed: usize,
+}
+
 /// `POST /dead-letters/replay` → `{"replayed": N}`.
+#[utoipa::path(
+    post,
+    path = "/dead-letters/replay",
+    tag = "operating",
+    request_body(content = Option<BulkReplay>, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The selected dead letters are pending again", body = Replayed),
+        (status = 400, description = "`invalid_body`", content_type = "application/problem+json", body = Problem),
+        (status = 422, description = "`invalid_filter`", content_type = "application/problem+json", body = Problem),
+    )
+)]
 pub async fn replay_bulk(State(inbox): State<Inbox>, body: Bytes) -> Result<Response, Problem> {
     let req: BulkReplay = if body.iter().all(u8::is_ascii_whitespace) {
         BulkReplay::default()
@@ -115,5 +160,8 @@ pub async fn replay_bulk(State(inbox): State<Inbox>, body: Bytes) -> Result<Resp
         before,
     };
     let replayed = replay(&inbox, filter).await?;
-    Ok(Json(json!({ "replayed": replayed.len() })).into_response())
+    Ok(Json(Replayed {
+        replayed: replayed.len(),
+    })
+    .into_response())
 }

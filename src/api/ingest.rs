@@ -33,8 +33,31 @@ use crate::model::{Timestamp, hex};
 use crate::sources::identify;
 use crate::sources::live::{LiveSource, Reason};
 use crate::sources::verify::{Incoming, Verifier};
+use crate::store::EventSummary;
 
 /// The handler.
+#[utoipa::path(
+    post,
+    path = "/ingest/{name}",
+    tag = "sources",
+    description = "A provider's webhook as it sends it (GitHub, Stripe, Shopify, Slack, \
+                   Standard Webhooks, HMAC, token), verified over the raw bytes by the \
+                   source's kind before anything is stored (docs/sources.md).",
+    params(("name" = String, Path, description = "The source's name")),
+    request_body(content = serde_json::Value, description = "The provider's own body: JSON, \
+                 or a form (`application/x-www-form-urlencoded`, stored as an object)"),
+    responses(
+        (status = 202, description = "Verified and new: committed", body = EventSummary),
+        (status = 200, description = "The same delivery again (its `received_count` grows), \
+                                      or Slack's `{\"challenge\": …}`", body = EventSummary),
+        (status = 400, description = "`invalid_body`", content_type = "application/problem+json", body = Problem),
+        (status = 401, description = "`invalid_signature`: nothing stored", content_type = "application/problem+json", body = Problem),
+        (status = 404, description = "`not_found`: no such source", content_type = "application/problem+json", body = Problem),
+        (status = 413, description = "`payload_too_large`", content_type = "application/problem+json", body = Problem),
+        (status = 422, description = "`invalid_event_type`, `idempotency_key_reused`", content_type = "application/problem+json", body = Problem),
+        (status = 429, description = "`overloaded`", content_type = "application/problem+json", body = Problem),
+    )
+)]
 pub async fn ingest(
     State(app): State<Intake>,
     Path(name): Path<String>,

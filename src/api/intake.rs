@@ -318,12 +318,48 @@ impl FromRef<AppState> for Intake {
     }
 }
 
+/// The body of `POST /webhooks`, as [`parse`] reads it (straight from the bytes, so
+/// this type is the document's description of that shape).
+#[derive(Debug, utoipa::ToSchema)]
+pub struct IntakeBody {
+    /// What kind of event this is (1–255 bytes of `A-Z a-z 0-9 . _ : / -`);
+    /// handlers route on it.
+    pub event_type: String,
+    /// Any JSON value (default `null`), stored as sent (object keys sorted).
+    #[schema(value_type = Option<serde_json::Value>)]
+    pub payload: Option<Box<serde_json::value::RawValue>>,
+    /// Used when neither `Idempotency-Key` nor `X-Idempotency-Key` is sent.
+    pub idempotency_key: Option<String>,
+}
+
 /// The intake handler (behind the backpressure and idempotency layers): parses,
 /// then [`commit`]s.
 ///
 /// It takes the [`ParsedIntake`] the idempotency layer left in the request's
 /// extensions (moved out, not copied); without that layer in front it reads and
 /// parses the body itself.
+#[utoipa::path(
+    post,
+    path = "/webhooks",
+    tag = "events",
+    request_body(content = IntakeBody, content_type = "application/json"),
+    params(
+        ("Idempotency-Key" = Option<String>, Header, description = "Deduplicates retries (1–255 bytes)"),
+        ("X-Idempotency-Key" = Option<String>, Header, description = "Read when `Idempotency-Key` is absent"),
+    ),
+    responses(
+        (status = 202, description = "A new event, committed", body = EventSummary,
+         headers(("Location" = String, description = "/webhooks/{id}"))),
+        (status = 200, description = "A retry of the event holding this key: its current status", body = EventSummary),
+        (status = 400, description = "`invalid_body`", content_type = "application/problem+json", body = Problem),
+        (status = 413, description = "`payload_too_large`: over `MAX_BODY_BYTES`", content_type = "application/problem+json", body = Problem),
+        (status = 415, description = "`unsupported_media_type`: not JSON", content_type = "application/problem+json", body = Problem),
+        (status = 422, description = "`invalid_event_type`, `invalid_idempotency_key`, `idempotency_key_reused`", content_type = "application/problem+json", body = Problem),
+        (status = 429, description = "`overloaded`: the queue is full; nothing stored",
+         headers(("Retry-After" = u64, description = "Seconds")), content_type = "application/problem+json", body = Problem),
+        (status = 503, description = "`unavailable`: shutting down or the database is away", content_type = "application/problem+json", body = Problem),
+    )
+)]
 pub async fn intake(
     State(app): State<Intake>,
     request: axum::extract::Request,

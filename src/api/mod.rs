@@ -6,13 +6,18 @@
 //! sources' route `POST /ingest/{name}` carries the same backpressure and verifies
 //! before it parses (see [`ingest`]), then commits through the same
 //! [`intake::commit`].
+//!
+//! Every route is one line of [`routes::table`], from which both the router and the
+//! OpenAPI document ([`openapi`], `GET /openapi.json`) are built.
 
 pub mod auth;
 pub mod dead_letters;
 pub mod ingest;
 pub mod intake;
+pub mod openapi;
 pub mod probes;
 pub mod problem;
+pub mod routes;
 pub mod sources;
 pub mod status;
 pub mod subscribers;
@@ -20,8 +25,8 @@ pub mod subscribers;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::middleware::{from_fn_with_state, map_response};
-use axum::routing::{get, post};
 use http::StatusCode;
+use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter, UtoipaMethodRouterExt};
 
 use crate::layers::backpressure::BackpressureLayer;
 use crate::layers::idempotency::IdempotencyLayer;
@@ -29,54 +34,18 @@ use crate::layers::metrics::HttpMetricsLayer;
 use crate::layers::trace::request_tracing;
 use crate::state::AppState;
 use problem::Problem;
+use routes::Access;
 
-/// Builds the whole router.
+/// Builds the whole router: every route of [`routes::table`] with the layers of its
+/// [`routes::Access`].
 pub fn router(app: AppState) -> Router {
-    let idempotency = IdempotencyLayer::new(
-        intake::EventsIdempotency {
-            store: app.store.clone(),
-            require_key: app.require_idempotency_key,
-        },
-        app.max_body_bytes,
-    )
-    .body_timeout(intake::body_read_timeout());
-    let intake = post(intake::intake)
-        .route_layer(idempotency)
-        .route_layer(DefaultBodyLimit::max(app.max_body_bytes))
-        .route_layer(BackpressureLayer::new(app.load.clone()))
-        .route_layer(map_response(intake::count_rejections));
-    // The same layers as intake, but no idempotency layer: the ingest handler
-    // verifies the raw body before anything parses it.
-    let ingest = post(ingest::ingest)
-        .route_layer(DefaultBodyLimit::max(app.max_body_bytes))
-        .route_layer(BackpressureLayer::new(app.load.clone()))
-        .route_layer(map_response(intake::count_rejections));
-    let admin = Router::new()
-        .route("/sources", get(sources::list))
-        .route("/sources/{name}/rejected", get(sources::rejected))
-        .route("/sources/{name}/reset", post(sources::reset))
-        .route("/webhooks/{id}/replay", post(dead_letters::replay_event))
-        .route("/dead-letters", get(dead_letters::list))
-        .route("/dead-letters/replay", post(dead_letters::replay_bulk))
-        .route(
-            "/subscribers",
-            post(subscribers::create).get(subscribers::list),
-        )
-        .route(
-            "/subscribers/{name}",
-            get(subscribers::read)
-                .patch(subscribers::patch)
-                .delete(subscribers::delete),
-        )
-        .route_layer(from_fn_with_state(app.clone(), auth::admin_only));
-    Router::new()
-        .merge(admin)
-        .route("/webhooks", intake.get(status::lookup_or_list))
-        .route("/webhooks/{id}", get(status::by_id))
-        .route("/ingest/{name}", ingest)
-        .route("/health", get(probes::health))
-        .route("/ready", get(probes::ready))
-        .route("/metrics", get(probes::metrics))
+    let (router, _document) = routes::table()
+        .into_iter()
+        .fold(OpenApiRouter::default(), |router, route| {
+            router.routes(with_layers(route, &app))
+        })
+        .split_for_parts();
+    router
         .fallback(|| async { Problem::not_found("route") })
         .method_not_allowed_fallback(|| async {
             Problem::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed")
@@ -85,4 +54,39 @@ pub fn router(app: AppState) -> Router {
         .layer(HttpMetricsLayer::new())
         .layer(request_tracing())
         .with_state(app)
+}
+
+/// A route's handlers with the layers its access calls for.
+fn with_layers(route: routes::Route, app: &AppState) -> UtoipaMethodRouter<AppState> {
+    match route.access {
+        Access::Open => route.handlers,
+        Access::Admin => route.handlers.map(|handlers| {
+            handlers.route_layer(from_fn_with_state(app.clone(), auth::admin_only))
+        }),
+        Access::Intake => {
+            let idempotency = IdempotencyLayer::new(
+                intake::EventsIdempotency {
+                    store: app.store.clone(),
+                    require_key: app.require_idempotency_key,
+                },
+                app.max_body_bytes,
+            )
+            .body_timeout(intake::body_read_timeout());
+            route.handlers.map(|handlers| {
+                handlers
+                    .route_layer(idempotency)
+                    .route_layer(DefaultBodyLimit::max(app.max_body_bytes))
+                    .route_layer(BackpressureLayer::new(app.load.clone()))
+                    .route_layer(map_response(intake::count_rejections))
+            })
+        }
+        // The same layers as intake, but no idempotency layer: the ingest handler
+        // verifies the raw body before anything parses it.
+        Access::Ingest => route.handlers.map(|handlers| {
+            handlers
+                .route_layer(DefaultBodyLimit::max(app.max_body_bytes))
+                .route_layer(BackpressureLayer::new(app.load.clone()))
+                .route_layer(map_response(intake::count_rejections))
+        }),
+    }
 }

@@ -17,11 +17,27 @@ use crate::store::Store;
 use crate::telemetry::names;
 
 /// `GET /health`: 200 while the process runs.
+#[utoipa::path(
+    get,
+    path = "/health",
+    tag = "probes",
+    responses((status = 200, description = "`{\"status\": \"ok\"}` while the process runs", body = serde_json::Value))
+)]
 pub async fn health() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }
 
 /// `GET /ready`: 200 once recovery is done and the database answers, until shutdown.
+#[utoipa::path(
+    get,
+    path = "/ready",
+    tag = "probes",
+    responses(
+        (status = 200, description = "`{\"status\": \"ready\"}`", body = serde_json::Value),
+        (status = 503, description = "`{\"status\": \"unavailable\", \"reason\": …}`: starting, \
+                                      shutting down, or the database is away", body = serde_json::Value),
+    )
+)]
 pub async fn ready(
     State(lifecycle): State<Arc<Lifecycle>>,
     State(store): State<Arc<dyn Store>>,
@@ -55,6 +71,19 @@ pub async fn ready(
 pub const PING_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(800);
 
 /// `GET /metrics`: Prometheus text (behind the admin token unless `METRICS_PUBLIC`).
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "probes",
+    description = "Prometheus text format (docs/api.md, \"Probes and metrics\"). Open unless \
+                   `METRICS_PUBLIC=false`, then it needs the admin token.",
+    responses(
+        (status = 200, description = "The metrics", body = String, content_type = "text/plain; version=0.0.4"),
+        (status = 401, description = "`unauthorized` (`METRICS_PUBLIC=false`)", content_type = "application/problem+json", body = Problem),
+        (status = 403, description = "`forbidden` (`METRICS_PUBLIC=false`)", content_type = "application/problem+json", body = Problem),
+    ),
+    security((), ("admin_token" = []))
+)]
 pub async fn metrics(
     State(export): State<MetricsExport>,
     State(admin): State<AdminToken>,

@@ -20,7 +20,7 @@ use serde::Serialize;
 pub use hookbox_layers::rejection::PROBLEM_JSON;
 
 /// An RFC 9457 problem with hookbox's extra `code` member.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Problem {
     /// A URI naming the kind of problem (`urn:hookbox:problem:<code>`).
     #[serde(rename = "type")]

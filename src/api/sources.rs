@@ -25,6 +25,17 @@ pub struct Items<T> {
 }
 
 /// `GET /sources` (admin).
+#[utoipa::path(
+    get,
+    path = "/sources",
+    tag = "sources",
+    responses(
+        (status = 200, description = "`{\"items\": [...]}`: every source with its \
+               counts (this instance, since it started); pull sources also with their \
+               committed cursor, state, last error and lag", body = serde_json::Value),
+        (status = 503, description = "`unavailable`: the cursors could not be read", content_type = "application/problem+json", body = Problem),
+    )
+)]
 pub async fn list(State(sources): State<Arc<Sources>>) -> Result<Json<Items<SourceView>>, Problem> {
     let cursors = match sources.cursors() {
         Some(store) if sources.pull().next().is_some() => store
@@ -43,6 +54,17 @@ pub async fn list(State(sources): State<Arc<Sources>>) -> Result<Json<Items<Sour
 }
 
 /// `GET /sources/{name}/rejected` (admin): 404 for an unknown source.
+#[utoipa::path(
+    get,
+    path = "/sources/{name}/rejected",
+    tag = "sources",
+    params(("name" = String, Path, description = "The source's name")),
+    responses(
+        (status = 200, description = "`{\"items\": [...]}`: its refused requests, newest first \
+                                      (without secret-bearing headers)", body = serde_json::Value),
+        (status = 404, description = "`not_found`: no such source", content_type = "application/problem+json", body = Problem),
+    )
+)]
 pub async fn rejected(
     State(sources): State<Arc<Sources>>,
     Path(name): Path<String>,
@@ -60,6 +82,19 @@ pub async fn rejected(
 /// resumes from there; a commit of items fetched from the old cursor is refused.
 /// 200 with the source's listing entry; 400 `invalid_body` without `cursor`; 404
 /// for an unknown source; 409 `not_a_pull_source` for a push source.
+#[utoipa::path(
+    post,
+    path = "/sources/{name}/reset",
+    tag = "sources",
+    params(("name" = String, Path, description = "The pull source's name")),
+    request_body(content = serde_json::Value, description = "`{\"cursor\": …}`: the new cursor (`null`: from the beginning)"),
+    responses(
+        (status = 200, description = "The source's listing entry, with its new cursor", body = serde_json::Value),
+        (status = 400, description = "`invalid_body`: not JSON or no `cursor`", content_type = "application/problem+json", body = Problem),
+        (status = 404, description = "`not_found`: no such source", content_type = "application/problem+json", body = Problem),
+        (status = 409, description = "`not_a_pull_source`: a push source has no cursor", content_type = "application/problem+json", body = Problem),
+    )
+)]
 pub async fn reset(
     State(sources): State<Arc<Sources>>,
     Path(name): Path<String>,

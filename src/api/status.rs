@@ -1,4 +1,5 @@
-//! Reading events: by id, by idempotency key, and the admin listing.
+//! Reading events: by id, by idempotency key, their attempt history, and the admin
+//! listing.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,9 +13,9 @@ use uuid::Uuid;
 
 use crate::api::auth;
 use crate::api::problem::Problem;
-use crate::model::Status;
+use crate::model::{Attempt, EventView, Status};
 use crate::state::AdminToken;
-use crate::store::{ListQuery, Store};
+use crate::store::{ListQuery, Page, Store};
 
 /// Largest `limit` of a listing.
 pub const MAX_PAGE: u32 = 500;
@@ -33,6 +34,17 @@ pub fn parse_id(text: &str) -> Result<Uuid, Problem> {
 }
 
 /// `GET /webhooks/{id}`.
+#[utoipa::path(
+    get,
+    path = "/webhooks/{id}",
+    tag = "events",
+    params(("id" = String, Path, description = "The event's id (a UUID)")),
+    responses(
+        (status = 200, description = "The event with its deliveries", body = EventView),
+        (status = 400, description = "`invalid_id`: not a UUID", content_type = "application/problem+json", body = Problem),
+        (status = 404, description = "`not_found`: no such event", content_type = "application/problem+json", body = Problem),
+    )
+)]
 pub async fn by_id(
     State(store): State<Arc<dyn Store>>,
     Path(id): Path<String>,
@@ -45,7 +57,73 @@ pub async fn by_id(
     }
 }
 
+/// The answer of `GET /webhooks/{id}/attempts`.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct Attempts {
+    /// Every attempt of every delivery of the event, oldest first.
+    pub items: Vec<Attempt>,
+}
+
+/// `GET /webhooks/{id}/attempts`: the attempt history, oldest first; 404 for an
+/// unknown event (an event nothing was tried on yet has none).
+#[utoipa::path(
+    get,
+    path = "/webhooks/{id}/attempts",
+    tag = "events",
+    params(("id" = String, Path, description = "The event's id (a UUID)")),
+    responses(
+        (status = 200, description = "Every attempt of every delivery, oldest first", body = Attempts),
+        (status = 400, description = "`invalid_id`: not a UUID", content_type = "application/problem+json", body = Problem),
+        (status = 404, description = "`not_found`: no such event", content_type = "application/problem+json", body = Problem),
+    )
+)]
+pub async fn attempts(
+    State(store): State<Arc<dyn Store>>,
+    Path(id): Path<String>,
+) -> Result<Response, Problem> {
+    let id = parse_id(&id)?;
+    let unavailable = |e: crate::store::StoreError| Problem::unavailable(e.to_string());
+    let items = store.list_attempts(id).await.map_err(unavailable)?;
+    // No attempts: an event not tried yet, or no event at all.
+    if items.is_empty() && store.event(id).await.map_err(unavailable)?.is_none() {
+        return Err(Problem::not_found("event"));
+    }
+    Ok(Json(Attempts { items }).into_response())
+}
+
+/// What `GET /webhooks` answers: the event holding a key, or a page of the listing.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+pub enum Lookup {
+    /// With `idempotency_key`: the event holding it.
+    Event(EventView),
+    /// Without: a page of the admin listing, newest first.
+    Page(Page<EventView>),
+}
+
 /// `GET /webhooks?idempotency_key=K` (open) or the listing (admin).
+#[utoipa::path(
+    get,
+    path = "/webhooks",
+    tag = "events",
+    description = "With `idempotency_key`: the event holding that key (open). Without it: \
+                   the listing, newest first, which needs the admin token when one is set.",
+    params(
+        ("idempotency_key" = Option<String>, Query, description = "The key to look up"),
+        ("status" = Option<Status>, Query, description = "Listing: only events with this status"),
+        ("event_type" = Option<String>, Query, description = "Listing: only events of this type"),
+        ("limit" = Option<u32>, Query, description = "Listing: page size, 1 to 500 (default 50)"),
+        ("cursor" = Option<String>, Query, description = "Listing: the previous page's `next_cursor`"),
+    ),
+    responses(
+        (status = 200, description = "The event, or a page of events", body = Lookup),
+        (status = 400, description = "`invalid_query`", content_type = "application/problem+json", body = Problem),
+        (status = 401, description = "`unauthorized` (listing without the admin token)", content_type = "application/problem+json", body = Problem),
+        (status = 403, description = "`forbidden` (listing with another token)", content_type = "application/problem+json", body = Problem),
+        (status = 404, description = "`not_found`: no event holds that key", content_type = "application/problem+json", body = Problem),
+    ),
+    security((), ("admin_token" = []))
+)]
 pub async fn lookup_or_list(
     State(store): State<Arc<dyn Store>>,
     State(admin): State<AdminToken>,
@@ -54,7 +132,7 @@ pub async fn lookup_or_list(
 ) -> Result<Response, Problem> {
     if let Some(key) = params.get("idempotency_key") {
         return match store.event_by_key(key).await {
-            Ok(Some(event)) => Ok(Json(event).into_response()),
+            Ok(Some(event)) => Ok(Json(Lookup::Event(event)).into_response()),
             Ok(None) => Err(Problem::not_found("event")),
             Err(e) => Err(Problem::unavailable(e.to_string())),
         };
@@ -65,7 +143,7 @@ pub async fn lookup_or_list(
         .list_events(&query)
         .await
         .map_err(|e| Problem::unavailable(e.to_string()))?;
-    Ok(Json(page).into_response())
+    Ok(Json(Lookup::Page(page)).into_response())
 }
 
 /// Reads `status`, `event_type`, `limit` and `cursor`.

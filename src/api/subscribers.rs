@@ -13,7 +13,6 @@ use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use serde::Deserialize;
-use serde_json::json;
 
 use crate::api::problem::Problem;
 use crate::inbox::{Inbox, InboxError};
@@ -23,34 +22,49 @@ use crate::registry::live::{LiveRegistry, SubscriberError};
 use crate::store::{Store, StoreError};
 
 /// The body of `POST /subscribers`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Create {
+pub struct Create {
+    /// Unique among manifests and subscribers.
     name: String,
+    /// Exact names or trailing-`*` prefixes.
     event_types: Vec<String>,
+    /// Where deliveries go.
     url: String,
+    /// `whsec_…` signing secret(s), space-separated (write-only).
     secret: Option<String>,
+    /// JSON pointer into the payload: FIFO per value.
     ordering_key: Option<String>,
+    /// Overrides `MAX_ATTEMPTS`.
     max_attempts: Option<u32>,
+    /// Explicit backoff schedule (`["5s", "30s"]`).
     backoff: Option<Vec<String>>,
+    /// Default true.
     active: Option<bool>,
 }
 
 /// The body of `PATCH /subscribers/{name}`: every field optional; `null` clears
 /// the optional ones.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Patch {
+pub struct Patch {
+    /// Replaces the patterns.
     event_types: Option<Vec<String>>,
+    /// Replaces the URL.
     url: Option<String>,
+    /// Replaces (or, with `null`, removes) the secret.
     #[serde(default, with = "double_option")]
     secret: Option<Option<String>>,
+    /// Replaces or removes the ordering key.
     #[serde(default, with = "double_option")]
     ordering_key: Option<Option<String>>,
+    /// Replaces or removes the attempts override.
     #[serde(default, with = "double_option")]
     max_attempts: Option<Option<u32>>,
+    /// Replaces or removes the backoff schedule.
     #[serde(default, with = "double_option")]
     backoff: Option<Option<Vec<String>>>,
+    /// Activates or deactivates it.
     active: Option<bool>,
 }
 
@@ -72,15 +86,34 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Problem> {
         .map_err(|e| Problem::invalid_body(format!("invalid subscriber: {e}")))
 }
 
-/// A subscriber as answers show it: no secret, and its URL without the user name
-/// and password it may embed (the stored URL keeps them, for delivery).
-fn view(s: &Subscriber) -> serde_json::Value {
-    let mut v = serde_json::to_value(s).unwrap_or_default();
-    v["secret_set"] = json!(s.secret.as_deref().is_some_and(|x| !x.is_empty()));
+/// A subscriber as answers show it: no secret (only whether one is set), and its
+/// URL without the user name and password it may embed (the stored URL keeps them,
+/// for delivery).
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct SubscriberView {
+    /// The subscriber (its `secret` is never shown).
+    #[serde(flatten)]
+    pub subscriber: Subscriber,
+    /// True when a signing secret is set.
+    pub secret_set: bool,
+}
+
+/// The answer of `GET /subscribers`.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct Subscribers {
+    /// Every subscriber, by name.
+    pub items: Vec<SubscriberView>,
+}
+
+fn view(s: &Subscriber) -> SubscriberView {
+    let mut shown = s.clone();
     if let Ok(url) = reqwest::Url::parse(&s.url) {
-        v["url"] = json!(display_url(&url));
+        shown.url = display_url(&url);
     }
-    v
+    SubscriberView {
+        secret_set: s.secret.as_deref().is_some_and(|x| !x.is_empty()),
+        subscriber: shown,
+    }
 }
 
 fn rejected(e: &SubscriberError) -> Problem {
@@ -137,6 +170,19 @@ where
 }
 
 /// `POST /subscribers` → 201.
+#[utoipa::path(
+    post,
+    path = "/subscribers",
+    tag = "operating",
+    request_body(content = Create, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Stored; routes new events at once, on every instance", body = SubscriberView,
+         headers(("Location" = String, description = "/subscribers/{name}"))),
+        (status = 400, description = "`invalid_body`", content_type = "application/problem+json", body = Problem),
+        (status = 409, description = "`name_taken`", content_type = "application/problem+json", body = Problem),
+        (status = 422, description = "`invalid_subscriber`, `forbidden_target`", content_type = "application/problem+json", body = Problem),
+    )
+)]
 pub async fn create(
     State(inbox): State<Inbox>,
     State(registry): State<Arc<LiveRegistry>>,
@@ -176,10 +222,16 @@ pub async fn create(
 }
 
 /// `GET /subscribers`.
+#[utoipa::path(
+    get,
+    path = "/subscribers",
+    tag = "operating",
+    responses((status = 200, description = "Every subscriber", body = Subscribers))
+)]
 pub async fn list(State(store): State<Arc<dyn Store>>) -> Result<Response, Problem> {
     let all = store.subscribers().await.map_err(unavailable)?;
     let items: Vec<_> = all.iter().map(view).collect();
-    Ok(Json(json!({ "items": items })).into_response())
+    Ok(Json(Subscribers { items }).into_response())
 }
 
 async fn find(store: &dyn Store, name: &str) -> Result<Subscriber, Problem> {
@@ -190,6 +242,16 @@ async fn find(store: &dyn Store, name: &str) -> Result<Subscriber, Problem> {
 }
 
 /// `GET /subscribers/{name}`.
+#[utoipa::path(
+    get,
+    path = "/subscribers/{name}",
+    tag = "operating",
+    params(("name" = String, Path, description = "The subscriber's name")),
+    responses(
+        (status = 200, description = "The subscriber", body = SubscriberView),
+        (status = 404, description = "`not_found`", content_type = "application/problem+json", body = Problem),
+    )
+)]
 pub async fn read(
     State(store): State<Arc<dyn Store>>,
     Path(name): Path<String>,
@@ -198,6 +260,19 @@ pub async fn read(
 }
 
 /// `PATCH /subscribers/{name}`.
+#[utoipa::path(
+    patch,
+    path = "/subscribers/{name}",
+    tag = "operating",
+    params(("name" = String, Path, description = "The subscriber's name")),
+    request_body(content = Patch, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The changed subscriber", body = SubscriberView),
+        (status = 400, description = "`invalid_body`", content_type = "application/problem+json", body = Problem),
+        (status = 404, description = "`not_found`", content_type = "application/problem+json", body = Problem),
+        (status = 422, description = "`invalid_subscriber`, `forbidden_target`", content_type = "application/problem+json", body = Problem),
+    )
+)]
 pub async fn patch(
     State(inbox): State<Inbox>,
     State(registry): State<Arc<LiveRegistry>>,
@@ -243,6 +318,16 @@ pub async fn patch(
 
 /// `DELETE /subscribers/{name}` → 204. Its unfinished deliveries dead-letter when
 /// their turn comes ("no handler named …"); re-create it and replay them.
+#[utoipa::path(
+    delete,
+    path = "/subscribers/{name}",
+    tag = "operating",
+    params(("name" = String, Path, description = "The subscriber's name")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, description = "`not_found`", content_type = "application/problem+json", body = Problem),
+    )
+)]
 pub async fn delete(
     State(inbox): State<Inbox>,
     Path(name): Path<String>,

@@ -13,10 +13,12 @@ use tower::ServiceExt;
 use tracing::{debug, info, warn};
 use uuid::Uuid;
 
-use crate::model::{DeliveryTask, Finish, Status, Timestamp};
+use crate::model::{Attempt, AttemptOutcome, DeliveryTask, Finish, Status, Timestamp};
 use crate::processing::job::Job;
 use crate::processing::ordering::OrderingGate;
 use crate::processing::queue::Queue;
+use crate::redact;
+use crate::registry::kinds::http::recording_status;
 use crate::registry::live::LiveRegistry;
 use crate::registry::{Event, Route};
 use crate::retry::{Decision, Failure, jitter};
@@ -151,34 +153,58 @@ impl Workers {
         let registry = self.registry.current();
         let Some(route) = registry.get(&task.handler) else {
             let message = format!("no handler named {:?} is registered", task.handler);
+            // No attempt ran: nothing for the attempt history.
             return Ok(Some(outcome(
                 &task,
                 Status::Failed,
                 task.attempts,
                 Some(message),
                 None,
+                None,
             )));
         };
         let attempt = task.attempts + 1;
+        let started_at = Timestamp::now().0;
         let started = Instant::now();
-        let result = self.attempt_marked(route, &task, attempt).await?;
+        let (result, response_status) = self.attempt_marked(route, &task, attempt).await?;
+        let took = started.elapsed();
         metrics::histogram!(names::DELIVERY_DURATION, "handler" => route.name.clone())
-            .record(started.elapsed().as_secs_f64());
+            .record(took.as_secs_f64());
+        // Its row in the attempt history, committed with the outcome.
+        let record = |outcome: AttemptOutcome, error: Option<&str>| Attempt {
+            handler: task.handler.clone(),
+            attempt,
+            started_at,
+            duration_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+            outcome,
+            response_status,
+            error: error.map(|m| redact::attempt_error(m, Attempt::MAX_ERROR_BYTES)),
+        };
         let Err(failure) = result else {
             count(route, "completed");
-            return Ok(Some(outcome(&task, Status::Completed, attempt, None, None)));
+            let done = record(AttemptOutcome::Completed, None);
+            return Ok(Some(outcome(
+                &task,
+                Status::Completed,
+                attempt,
+                None,
+                None,
+                Some(done),
+            )));
         };
         Ok(Some(
             match route.policy.decide(attempt, &failure, jitter()) {
                 Decision::Retry { after } => {
                     count(route, "retry");
                     debug!(delivery = %task.delivery_id, attempt, error = %failure.message, "retry scheduled");
+                    let tried = record(AttemptOutcome::Retry, Some(&failure.message));
                     let mut o = outcome(
                         &task,
                         Status::Pending,
                         attempt,
                         Some(failure.message),
                         Some(after),
+                        Some(tried),
                     );
                     o.retry = Some(after);
                     o
@@ -186,7 +212,15 @@ impl Workers {
                 Decision::DeadLetter => {
                     count(route, "dead_letter");
                     warn!(delivery = %task.delivery_id, handler = %route.name, attempt, error = %failure.message, "dead letter");
-                    outcome(&task, Status::Failed, attempt, Some(failure.message), None)
+                    let tried = record(AttemptOutcome::DeadLetter, Some(&failure.message));
+                    outcome(
+                        &task,
+                        Status::Failed,
+                        attempt,
+                        Some(failure.message),
+                        None,
+                        Some(tried),
+                    )
                 }
             },
         ))
@@ -200,7 +234,7 @@ impl Workers {
         route: &Route,
         task: &DeliveryTask,
         attempt: u32,
-    ) -> Result<Result<(), Failure>, crate::store::StoreError> {
+    ) -> Result<(Result<(), Failure>, Option<u16>), crate::store::StoreError> {
         let run = attempt_once(route, task, attempt);
         tokio::pin!(run);
         tokio::select! {
@@ -282,6 +316,7 @@ fn outcome(
     attempts: u32,
     last_error: Option<String>,
     retry_in: Option<std::time::Duration>,
+    attempt: Option<Attempt>,
 ) -> Outcome {
     Outcome {
         finish: Finish {
@@ -291,6 +326,7 @@ fn outcome(
             attempts,
             last_error,
             retry_after: retry_in.map(|d| Timestamp(Timestamp::now().0 + d)),
+            attempt,
         },
         retry: None,
         ordering: task
@@ -319,8 +355,13 @@ fn count(route: &Route, outcome: &'static str) {
         .increment(1);
 }
 
-/// One attempt under the route's timeout, with panics turned into failures.
-async fn attempt_once(route: &Route, task: &DeliveryTask, attempt: u32) -> Result<(), Failure> {
+/// One attempt under the route's timeout, with panics turned into failures; with
+/// the HTTP status of the answer, when an http handler got one.
+async fn attempt_once(
+    route: &Route,
+    task: &DeliveryTask,
+    attempt: u32,
+) -> (Result<(), Failure>, Option<u16>) {
     let event = Event::new(
         task.event_id,
         task.delivery_id,
@@ -331,7 +372,8 @@ async fn attempt_once(route: &Route, task: &DeliveryTask, attempt: u32) -> Resul
         attempt,
     );
     let call = AssertUnwindSafe(route.handler.clone().oneshot(event)).catch_unwind();
-    match tokio::time::timeout(route.policy.timeout, call).await {
+    let (ran, status) = recording_status(tokio::time::timeout(route.policy.timeout, call)).await;
+    let result = match ran {
         Err(_) => Err(Failure::retryable(format!(
             "timed out after {}",
             humantime::format_duration(route.policy.timeout)
@@ -342,7 +384,8 @@ async fn attempt_once(route: &Route, task: &DeliveryTask, attempt: u32) -> Resul
         ))),
         Ok(Ok(Err(e))) => Err(e.into()),
         Ok(Ok(Ok(()))) => Ok(()),
-    }
+    };
+    (result, status)
 }
 
 fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {

@@ -96,6 +96,7 @@ fn outcome(delivery: Uuid, event: Uuid, status: Status, attempts: u32) -> Finish
         attempts,
         last_error: (status != Status::Completed).then(|| format!("boom {attempts}")),
         retry_after: (status == Status::Pending).then_some(past),
+        attempt: None,
     }
 }
 

@@ -23,7 +23,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use crate::model::{
-    DeadLetter, DeliveryTask, EventView, Finish, NewEvent, Status, Subscriber, Timestamp,
+    Attempt, DeadLetter, DeliveryTask, EventView, Finish, NewEvent, Status, Subscriber, Timestamp,
 };
 
 /// What can go wrong in a store.
@@ -63,7 +63,7 @@ pub enum StoreError {
 }
 
 /// The short form of an event that intake answers with.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct EventSummary {
     /// Event id.
     pub id: Uuid,
@@ -107,7 +107,7 @@ pub struct ListQuery {
 }
 
 /// One page of results, newest first.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct Page<T> {
     /// The items.
     pub items: Vec<T>,
@@ -174,13 +174,17 @@ pub(crate) fn storable(text: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// An outcome as both stores record it: its error (a receiver's answer or a
+/// An outcome as both stores record it: its errors (a receiver's answer or a
 /// program's stderr, any bytes) made [`storable`].
 pub(crate) fn storable_finish(mut finish: Finish) -> Finish {
-    if let Some(error) = &finish.last_error {
-        if let std::borrow::Cow::Owned(clean) = storable(error) {
-            finish.last_error = Some(clean);
+    let clean = |text: &mut Option<String>| {
+        if let Some(std::borrow::Cow::Owned(clean)) = text.as_deref().map(storable) {
+            *text = Some(clean);
         }
+    };
+    clean(&mut finish.last_error);
+    if let Some(attempt) = &mut finish.attempt {
+        clean(&mut attempt.error);
     }
     finish
 }
@@ -255,11 +259,18 @@ pub trait Store: Send + Sync + 'static {
     /// Marks a pending delivery `processing` (not awaited: recovery treats both alike).
     async fn start(&self, delivery: Uuid, event: Uuid) -> Result<(), StoreError>;
 
-    /// Records an attempt's outcome and the event's new status, committed on return.
+    /// Records an attempt's outcome, its row in the attempt history
+    /// ([`Finish::attempt`]) and the event's new status, in one commit that has
+    /// happened on return. An attempt already on record (the same handler and
+    /// number, recorded before a crash) is kept as it was.
     async fn finish(&self, finish: Finish) -> Result<(), StoreError>;
 
+    /// Every attempt of every delivery of an event, oldest first (empty for an
+    /// unknown event, and for an event nothing was tried on yet).
+    async fn list_attempts(&self, event_id: Uuid) -> Result<Vec<Attempt>, StoreError>;
+
     /// Deletes up to `limit` terminal events created before `cutoff` (with their
-    /// deliveries); returns how many.
+    /// deliveries and attempts); returns how many.
     async fn purge(&self, cutoff: Timestamp, limit: u32) -> Result<u64, StoreError>;
 
     /// Counts for the gauges of `/metrics` (docs/api.md), computed at most once per

@@ -9,8 +9,8 @@
 use uuid::Uuid;
 
 use crate::model::{
-    DeadLetter, DeadLetterEvent, DeliveryTask, DeliveryView, EventView, Status, Subscriber,
-    Timestamp,
+    Attempt, AttemptOutcome, DeadLetter, DeadLetterEvent, DeliveryTask, DeliveryView, EventView,
+    Status, Subscriber, Timestamp,
 };
 use crate::store::{EventSummary, StoreError};
 
@@ -32,6 +32,8 @@ pub(super) trait RowExt {
     fn opt_text(&self, col: &str) -> Result<Option<&str>, StoreError>;
     /// An INTEGER column.
     fn int(&self, col: &str) -> Result<i64, StoreError>;
+    /// A 64-bit INTEGER column (`bigint` in PostgreSQL).
+    fn long(&self, col: &str) -> Result<i64, StoreError>;
     /// A nullable INTEGER column.
     fn opt_int(&self, col: &str) -> Result<Option<i64>, StoreError>;
     /// A nullable 64-bit INTEGER column (`bigint` on PostgreSQL).
@@ -204,5 +206,31 @@ pub(super) fn subscriber(row: &impl RowExt) -> Result<Subscriber, StoreError> {
         active: row.flag("active")?,
         created_at: row.timestamp("created_at")?,
         updated_at: row.timestamp("updated_at")?,
+    })
+}
+
+/// Columns read for an [`Attempt`].
+pub(super) const ATTEMPT_COLUMNS: &str =
+    "handler, attempt, started_at, duration_ms, outcome, response_status, error";
+
+/// The order of [`Store::list_attempts`](super::Store::list_attempts): oldest first
+/// (ties, within a millisecond, by handler and number).
+pub(super) const ATTEMPT_ORDER: &str = "ORDER BY started_at, handler, attempt";
+
+/// Decodes a row of [`ATTEMPT_COLUMNS`].
+pub(super) fn attempt(row: &impl RowExt) -> Result<Attempt, StoreError> {
+    let outcome = row.text("outcome")?;
+    let status = row.opt_int("response_status")?;
+    Ok(Attempt {
+        handler: owned(row, "handler")?,
+        attempt: count(row, "attempt")?,
+        started_at: row.timestamp("started_at")?.0,
+        duration_ms: u64::try_from(row.long("duration_ms")?).unwrap_or(0),
+        outcome: AttemptOutcome::parse(outcome)
+            .ok_or_else(|| StoreError::Corrupt(format!("outcome {outcome:?}")))?,
+        response_status: status
+            .map(|n| u16::try_from(n).map_err(|_| StoreError::Corrupt(format!("status {n}"))))
+            .transpose()?,
+        error: opt_owned(row, "error")?,
     })
 }

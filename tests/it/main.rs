@@ -5,6 +5,7 @@
 
 #![allow(unreachable_pub, clippy::unwrap_used)]
 
+mod attempts;
 mod config;
 mod delivery;
 mod docs;
@@ -16,6 +17,7 @@ mod instances;
 mod intake;
 mod layers;
 mod library;
+mod openapi;
 mod pgrestart;
 mod processing;
 mod pull;

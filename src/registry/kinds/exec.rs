@@ -12,7 +12,9 @@
 //! [`INHERITED`] and the manifest's `[exec] env`, resolved when the manifest is
 //! loaded) and the `HOOKBOX_*` ones set here. Nothing else of hookbox's environment
 //! (`ADMIN_TOKEN`, `DATABASE_URL`, signing secrets) reaches it, so nothing it prints
-//! to stderr can leak them into `last_error`, which unauthenticated reads show.
+//! to stderr can leak them into `last_error`, which unauthenticated reads show; the
+//! values of the variables the manifest lists are hidden from it too (as
+//! `[redacted]`), as are credentials of URLs it prints.
 //!
 //! The attempt ends with the program's exit, not with its pipes: a grandchild that
 //! escaped the process group and still holds stderr gets [`STDERR_GRACE`] to let go,
@@ -28,6 +30,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
 
 use super::super::{BoxHandler, Event, HandlerError, handler_fn};
+use crate::redact::{Redactions, strip_url_credentials};
 
 /// Exit code that dead-letters at once (`EX_DATAERR` of sysexits.h).
 pub const PERMANENT_EXIT_CODE: i32 = 65;
@@ -42,7 +45,16 @@ pub const INHERITED: &[&str] = &["PATH", "HOME", "LANG", "TZ"];
 /// A handler that runs `command` (program and arguments) per event, with `env`
 /// (name, value) as its whole environment besides the `HOOKBOX_*` variables.
 pub fn handler(command: Vec<String>, env: Vec<(String, String)>) -> BoxHandler {
-    let program: Arc<Program> = Arc::new(Program { command, env });
+    let hidden = Redactions::new(
+        env.iter()
+            .filter(|(name, _)| !INHERITED.contains(&name.as_str()))
+            .map(|(_, value)| value.clone()),
+    );
+    let program: Arc<Program> = Arc::new(Program {
+        command,
+        env,
+        hidden,
+    });
     handler_fn(move |event: Event| {
         let program = program.clone();
         async move { run(&program, &event).await }
@@ -53,6 +65,8 @@ pub fn handler(command: Vec<String>, env: Vec<(String, String)>) -> BoxHandler {
 struct Program {
     command: Vec<String>,
     env: Vec<(String, String)>,
+    /// The listed variables' values, never shown in an error.
+    hidden: Redactions,
 }
 
 /// Kills the process group when dropped (the attempt ended, one way or another).
@@ -106,6 +120,7 @@ async fn run(spec: &Program, event: &Event) -> Result<(), HandlerError> {
     // Kill what the program left behind, so pipes it holds close now.
     drop(guard);
     let stderr = stderr.finish(STDERR_GRACE).await;
+    let stderr = strip_url_credentials(&spec.hidden.apply(&stderr)).into_owned();
     match status.code() {
         Some(0) => Ok(()),
         Some(PERMANENT_EXIT_CODE) => {

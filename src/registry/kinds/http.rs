@@ -5,8 +5,15 @@
 //! set) and `Content-Type: application/json`. The answer decides: 2xx done; 408, 429,
 //! 5xx, 3xx, a timeout or a connection error retry (a `Retry-After` in seconds or as
 //! an HTTP date is honoured); any other 4xx dead-letters. `last_error` gets the status
-//! and the first 1 KB of the answer's body. Redirects are not followed.
+//! and the first 1 KB of the answer's body, with the URL's credentials and the
+//! signing secrets hidden should the receiver repeat them. Redirects are not
+//! followed.
+//!
+//! The answer's status is also told to the worker running the attempt, for its row
+//! in the attempt history ([`recording_status`]).
 
+use std::cell::Cell;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -15,6 +22,7 @@ use reqwest::{Client, StatusCode, Url};
 
 use super::super::{BoxHandler, Event, HandlerError, handler_fn};
 use crate::config::MAX_DURATION;
+use crate::redact::Redactions;
 use crate::signing::{self, Secret};
 use crate::ssrf::TargetGuard;
 
@@ -46,13 +54,54 @@ pub fn client(guard: Arc<TargetGuard>) -> Result<Client, reqwest::Error> {
         .build()
 }
 
+tokio::task_local! {
+    /// The HTTP status of the answer to the attempt this task runs, if any.
+    static ANSWER_STATUS: Cell<Option<u16>>;
+}
+
+/// Runs `attempt` (a call of a handler, in this task) and returns its result with
+/// the HTTP status an http handler got for it (`None` for other kinds, and when no
+/// answer came).
+pub(crate) async fn recording_status<F: Future>(attempt: F) -> (F::Output, Option<u16>) {
+    ANSWER_STATUS
+        .scope(Cell::new(None), async move {
+            let output = attempt.await;
+            (output, ANSWER_STATUS.with(Cell::get))
+        })
+        .await
+}
+
 /// A handler that delivers to `target` with `client`.
 pub fn handler(client: Client, guard: Arc<TargetGuard>, target: HttpTarget) -> BoxHandler {
+    let hidden = Arc::new(Redactions::of_url(&target.url).and(Redactions::new(
+        target.secrets.iter().map(crate::signing::Secret::base64),
+    )));
     let target = Arc::new(target);
     handler_fn(move |event: Event| {
         let (client, guard, target) = (client.clone(), guard.clone(), target.clone());
-        async move { deliver(&client, &guard, &target, &event).await }
+        let hidden = hidden.clone();
+        async move {
+            deliver(&client, &guard, &target, &event)
+                .await
+                .map_err(|e| hide(e, &hidden))
+        }
     })
+}
+
+/// The error with every hidden value replaced.
+fn hide(e: HandlerError, hidden: &Redactions) -> HandlerError {
+    let clean = |m: String| match hidden.apply(&m) {
+        std::borrow::Cow::Borrowed(_) => m,
+        std::borrow::Cow::Owned(clean) => clean,
+    };
+    match e {
+        HandlerError::Retry(m) => HandlerError::Retry(clean(m)),
+        HandlerError::RetryAfter { after, message } => HandlerError::RetryAfter {
+            after,
+            message: clean(message),
+        },
+        HandlerError::Permanent(m) => HandlerError::Permanent(clean(m)),
+    }
 }
 
 /// A URL as it may be shown (routing table, logs): without user name or password.
@@ -101,6 +150,8 @@ async fn deliver(
         .await
         .map_err(|e| HandlerError::Retry(format!("request failed: {}", without_url(e))))?;
     let status = res.status();
+    // Outside an attempt's scope (a handler called directly) there is no one to tell.
+    let _ = ANSWER_STATUS.try_with(|s| s.set(Some(status.as_u16())));
     if status.is_success() {
         return Ok(());
     }

@@ -1,6 +1,7 @@
 //! Group commit for attempt outcomes: one task takes every outcome waiting (up to
-//! [`MAX_BATCH`]) and records them with one `hookbox_finish` call, so one commit
-//! (one WAL flush) covers the batch. Measured: with one commit per outcome the
+//! [`MAX_BATCH`]) and records them, with their attempt rows, in one
+//! `hookbox_finish_attempts` call (migration 0006), so one commit (one WAL flush)
+//! covers the batch. Measured: with one commit per outcome the
 //! workers spent their time waiting on `WALWrite`.
 //!
 //! If a batch fails, its outcomes are recorded one call each, so that one outcome
@@ -13,17 +14,18 @@ use sqlx::postgres::PgPool;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
-use crate::model::{Finish, Timestamp};
+use crate::model::{Attempt, Finish, Timestamp};
 use crate::store::StoreError;
 
 /// Most outcomes recorded in one call.
 const MAX_BATCH: usize = 512;
 
-/// Records outcomes; $7 holds each retry's delay in milliseconds (or NULL), made a
-/// due time on the database's clock.
-const RECORD: &str = "SELECT hookbox_finish($1, $2, $3, $4, $5, $6, \
+/// Records outcomes with their attempt rows; $7 holds each retry's delay in
+/// milliseconds (or NULL), made a due time on the database's clock.
+const RECORD: &str = "SELECT hookbox_finish_attempts($1, $2, $3, $4, $5, $6, \
      ARRAY(SELECT now() + r.ms * interval '1 millisecond' \
-           FROM unnest($7::int8[]) WITH ORDINALITY AS r (ms, n) ORDER BY r.n))";
+           FROM unnest($7::int8[]) WITH ORDINALITY AS r (ms, n) ORDER BY r.n), \
+     $8, $9, $10, $11, $12, $13, $14)";
 
 /// An outcome and where to answer once it is committed.
 pub(super) type Request = (Finish, oneshot::Sender<Result<(), StoreError>>);
@@ -79,38 +81,71 @@ pub(super) async fn record(
     let mut events: Vec<uuid::Uuid> = finishes.iter().map(|f| f.event_id).collect();
     events.sort_unstable();
     events.dedup();
+    let column = |f: &dyn Fn(&Finish) -> Option<String>| -> Vec<Option<String>> {
+        finishes.iter().map(|x| f(x)).collect()
+    };
+    let attempts: Vec<Option<&Attempt>> = finishes.iter().map(|f| f.attempt.as_ref()).collect();
     let recorded: i32 = sqlx::query_scalar(RECORD)
-        .bind(owner)
-        .bind(finishes.iter().map(|f| f.delivery_id).collect::<Vec<_>>())
-        .bind(events)
-        .bind(
-            finishes
-                .iter()
-                .map(|f| f.status.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            finishes
-                .iter()
-                .map(|f| i32::try_from(f.attempts).unwrap_or(i32::MAX))
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            finishes
-                .iter()
-                .map(|f| f.last_error.clone())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            finishes
-                .iter()
-                .map(|f| {
-                    f.retry_after
-                        .map(|t| (t.0 - now.0).num_milliseconds().max(0))
-                })
-                .collect::<Vec<_>>(),
-        )
-        .fetch_one(pool)
-        .await?;
+    .bind(owner)
+    .bind(finishes.iter().map(|f| f.delivery_id).collect::<Vec<_>>())
+    .bind(events)
+    .bind(
+        finishes
+            .iter()
+            .map(|f| f.status.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(finishes.iter().map(|f| int(f.attempts)).collect::<Vec<_>>())
+    .bind(column(&|f| f.last_error.clone()))
+    .bind(
+        finishes
+            .iter()
+            .map(|f| {
+                f.retry_after
+                    .map(|t| (t.0 - now.0).num_milliseconds().max(0))
+            })
+            .collect::<Vec<_>>(),
+    )
+    .bind(column(&|f| f.attempt.as_ref().map(|a| a.handler.clone())))
+    .bind(
+        attempts
+            .iter()
+            .map(|a| a.map(|a| int(a.attempt)))
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        attempts
+            .iter()
+            .map(|a| a.map(|a| a.started_at))
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        attempts
+            .iter()
+            .map(|a| a.map(|a| i64::try_from(a.duration_ms).unwrap_or(i64::MAX)))
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        attempts
+            .iter()
+            .map(|a| a.map(|a| a.outcome.as_str()))
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        attempts
+            .iter()
+            .map(|a| a.and_then(|a| a.response_status).map(i32::from))
+            .collect::<Vec<_>>(),
+    )
+    .bind(column(&|f| {
+        f.attempt.as_ref().and_then(|a| a.error.clone())
+    }))
+    .fetch_one(pool)
+    .await?;
     Ok(usize::try_from(recorded).unwrap_or(0))
+}
+
+/// A count as PostgreSQL's `integer`.
+fn int(n: u32) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
 }

@@ -5,8 +5,8 @@
 //! their deliveries by one `WITH … INSERT` over `UNNEST` arrays whose `ON CONFLICT
 //! (idempotency_key) DO UPDATE … WHERE` settles duplicate keys atomically across
 //! instances, counting a retry (same type and payload) on the event that holds the
-//! key. Attempt outcomes
-//! are group-committed by a task (`finisher.rs`) through the `hookbox_finish`
+//! key. Attempt outcomes, with their attempt rows,
+//! are group-committed by a task (`finisher.rs`) through the `hookbox_finish_attempts`
 //! function of the migration, which locks the events first so that outcomes
 //! recorded at once on two instances settle their event correctly.
 //!
@@ -37,9 +37,11 @@ use super::rows::RowExt;
 use super::{
     EventSummary, Inserted, ListQuery, Page, PendingDelivery, Stats, Store, StoreError, Unfinished,
 };
-use crate::model::{DeadLetter, DeliveryTask, EventView, Finish, NewEvent, Subscriber, Timestamp};
+use crate::model::{
+    Attempt, DeadLetter, DeliveryTask, EventView, Finish, NewEvent, Status, Subscriber, Timestamp,
+};
 use crate::store::ReplayFilter;
-use rows::{EVENT_COLUMNS, SUMMARY_COLUMNS, TASK_COLUMNS};
+use rows::{ATTEMPT_COLUMNS, ATTEMPT_ORDER, EVENT_COLUMNS, SUMMARY_COLUMNS, TASK_COLUMNS};
 
 /// Connections per instance unless the caller says otherwise.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
@@ -162,7 +164,7 @@ impl PgStore {
 /// come from the index of terminal events by creation time (migration 0003), which
 /// a batch reads only as far as its own rows; an array of them (`= ANY`) makes the
 /// delete look each up by primary key (`IN (SELECT …)` was planned as a hash join
-/// over the whole table). Deliveries follow by cascade.
+/// over the whole table). Deliveries and attempts follow by cascade.
 const PURGE: &str = "DELETE FROM events WHERE id = ANY (ARRAY(SELECT id FROM events \
      WHERE status IN ('completed', 'failed') AND created_at < $1 \
      ORDER BY created_at LIMIT $2))";
@@ -332,6 +334,18 @@ impl Store for PgStore {
             .await
             .map_err(|_| StoreError::WriterGone)?;
         answer.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    async fn list_attempts(&self, event_id: Uuid) -> Result<Vec<Attempt>, StoreError> {
+        let sql =
+            format!("SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE event_id = $1 {ATTEMPT_ORDER}");
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(event_id)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(rows::attempt)
+            .collect()
     }
 
     async fn purge(&self, cutoff: Timestamp, limit: u32) -> Result<u64, StoreError> {

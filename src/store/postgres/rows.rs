@@ -12,7 +12,8 @@ use crate::store::StoreError;
 use crate::store::rows::{DELIVERY_VIEW_COLUMNS, RowExt, attach};
 
 pub(super) use crate::store::rows::{
-    EVENT_COLUMNS, SUMMARY_COLUMNS, dead_letter, delivery_task, event_view, subscriber, summary,
+    ATTEMPT_COLUMNS, ATTEMPT_ORDER, EVENT_COLUMNS, SUMMARY_COLUMNS, attempt, dead_letter,
+    delivery_task, event_view, subscriber, summary,
 };
 
 /// Columns of a delivery joined with its event (`d` and `e`) for a
@@ -32,6 +33,10 @@ impl RowExt for PgRow {
 
     fn int(&self, col: &str) -> Result<i64, StoreError> {
         Ok(i64::from(self.try_get::<i32, _>(col)?))
+    }
+
+    fn long(&self, col: &str) -> Result<i64, StoreError> {
+        Ok(self.try_get(col)?)
     }
 
     fn opt_int(&self, col: &str) -> Result<Option<i64>, StoreError> {

@@ -242,6 +242,7 @@ async fn a_refused_outcome_fails_alone_not_with_its_batch() {
         attempts: 1,
         last_error: Some(error.to_owned()),
         retry_after: None,
+        attempt: None,
     };
     // Both are queued before the finisher runs (this runtime has one thread), so
     // they are one batch.
@@ -306,6 +307,7 @@ async fn retries_are_due_on_the_database_clock() {
         retry_after: Some(crate::model::Timestamp(
             skewed.0 + chrono::Duration::seconds(10),
         )),
+        attempt: None,
     };
     let recorded = super::finisher::record(store.pool(), &store.owner, &[&finish], skewed)
         .await
@@ -452,5 +454,70 @@ async fn an_event_routed_with_old_subscribers_is_refused() {
     assert_eq!(none, 0);
     stale.routing_version = after;
     assert!(store.insert_event(stale).await.expect("stored").created);
+    drop(store);
+}
+
+/// The attempt row is written with its outcome, and only while this instance holds
+/// the lease: an outcome recorded after another instance took the delivery over
+/// leaves no row (that instance runs and records the attempt).
+#[tokio::test]
+async fn attempts_are_recorded_only_with_an_outcome_that_is() {
+    use crate::model::{Attempt, AttemptOutcome, Finish, Status};
+    use crate::store::Store;
+    let Some(db) = TestDb::new().await else {
+        return;
+    };
+    let store = PgStore::open(&db.url, 2).await.expect("open");
+    store
+        .pool()
+        .execute(sqlx::raw_sql(
+            "INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256,
+                                 status, created_at, updated_at)
+             VALUES (gen_random_uuid(), 'k', 't', '{}', '-', 'pending', now(), now());
+             INSERT INTO deliveries (id, event_id, handler, created_at, updated_at)
+             SELECT gen_random_uuid(), id, h, now(), now() FROM events, unnest('{a,b}'::text[]) h;",
+        ))
+        .await
+        .expect("fill");
+    let claimed = store
+        .claim(2, std::time::Duration::from_secs(30))
+        .await
+        .expect("claim")
+        .tasks;
+    assert_eq!(claimed.len(), 2);
+    let finish = |task: &crate::model::DeliveryTask| Finish {
+        delivery_id: task.delivery_id,
+        event_id: task.event_id,
+        status: Status::Completed,
+        attempts: 1,
+        last_error: None,
+        retry_after: None,
+        attempt: Some(Attempt {
+            handler: task.handler.clone(),
+            attempt: 1,
+            started_at: chrono::Utc::now(),
+            duration_ms: 7,
+            outcome: AttemptOutcome::Completed,
+            response_status: Some(204),
+            error: None,
+        }),
+    };
+    // The second delivery's lease went to another instance.
+    sqlx::query("UPDATE deliveries SET locked_by = 'another' WHERE id = $1")
+        .bind(claimed[1].delivery_id)
+        .execute(store.pool())
+        .await
+        .expect("steal");
+    store.finish(finish(&claimed[0])).await.expect("finish");
+    store.finish(finish(&claimed[1])).await.expect("finish");
+    let attempts = store
+        .list_attempts(claimed[0].event_id)
+        .await
+        .expect("attempts");
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    assert_eq!(attempts[0].handler, claimed[0].handler);
+    assert_eq!(attempts[0].response_status, Some(204));
+    assert_eq!(attempts[0].duration_ms, 7);
+    assert_eq!(attempts[0].outcome, AttemptOutcome::Completed);
     drop(store);
 }

@@ -37,8 +37,10 @@ use super::{
     StoreError, Unfinished,
 };
 use crate::config::SqliteSynchronous as Sync;
-use crate::model::{DeadLetter, DeliveryTask, EventView, Finish, NewEvent, Subscriber, Timestamp};
-use rows::{EVENT_COLUMNS, SUMMARY_COLUMNS};
+use crate::model::{
+    Attempt, DeadLetter, DeliveryTask, EventView, Finish, NewEvent, Subscriber, Timestamp,
+};
+use rows::{ATTEMPT_COLUMNS, ATTEMPT_ORDER, EVENT_COLUMNS, SUMMARY_COLUMNS};
 use writer::Write;
 
 /// Compiled statements the write connection keeps (see [`SqliteStore::open`]).
@@ -307,6 +309,18 @@ impl Store for SqliteStore {
     async fn finish(&self, finish: Finish) -> Result<(), StoreError> {
         let finish = super::storable_finish(finish);
         self.send(|reply| Write::Finish(finish, reply)).await
+    }
+
+    async fn list_attempts(&self, event_id: Uuid) -> Result<Vec<Attempt>, StoreError> {
+        let sql =
+            format!("SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE event_id = ? {ATTEMPT_ORDER}");
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(event_id.to_string())
+            .fetch_all(&self.read)
+            .await?
+            .iter()
+            .map(rows::attempt)
+            .collect()
     }
 
     async fn purge(&self, cutoff: Timestamp, limit: u32) -> Result<u64, StoreError> {

@@ -10,7 +10,8 @@ use crate::store::StoreError;
 use crate::store::rows::{DELIVERY_VIEW_COLUMNS, RowExt, attach, parse_time, parse_uuid};
 
 pub(super) use crate::store::rows::{
-    EVENT_COLUMNS, SUMMARY_COLUMNS, dead_letter, delivery_task, event_view, subscriber, summary,
+    ATTEMPT_COLUMNS, ATTEMPT_ORDER, EVENT_COLUMNS, SUMMARY_COLUMNS, attempt, dead_letter,
+    delivery_task, event_view, subscriber, summary,
 };
 
 impl RowExt for SqliteRow {
@@ -24,6 +25,10 @@ impl RowExt for SqliteRow {
 
     fn int(&self, col: &str) -> Result<i64, StoreError> {
         Ok(self.try_get(col)?)
+    }
+
+    fn long(&self, col: &str) -> Result<i64, StoreError> {
+        self.int(col)
     }
 
     fn opt_int(&self, col: &str) -> Result<Option<i64>, StoreError> {

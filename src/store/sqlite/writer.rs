@@ -15,7 +15,7 @@ use tracing::{error, warn};
 use uuid::Uuid;
 
 use super::rows::{self, SUMMARY_COLUMNS};
-use crate::model::{Finish, NewDelivery, NewEvent, Status, Subscriber, Timestamp};
+use crate::model::{Attempt, Finish, NewDelivery, NewEvent, Status, Subscriber, Timestamp};
 use crate::store::rows::RowExt;
 use crate::store::{EventSummary, Inserted, PendingDelivery, ReplayFilter, StoreError};
 
@@ -196,6 +196,13 @@ async fn commit(
     for chunk in finishes.chunks(ROWS_PER_STATEMENT) {
         finish(&mut script, chunk);
     }
+    let attempts: Vec<(Uuid, &Attempt)> = finishes
+        .iter()
+        .filter_map(|f| f.attempt.as_ref().map(|a| (f.event_id, a)))
+        .collect();
+    for chunk in attempts.chunks(ROWS_PER_STATEMENT) {
+        record_attempts(&mut script, chunk);
+    }
     for chunk in settles.chunks(ROWS_PER_STATEMENT) {
         settle(&mut script, chunk);
     }
@@ -310,6 +317,30 @@ fn finish(script: &mut QueryBuilder<Sqlite>, finishes: &[&Finish]) {
     script.push(") AS v WHERE deliveries.id = v.column1;");
 }
 
+/// The attempt history of the outcomes (one multi-row INSERT): an attempt already
+/// on record is kept as it was, and an event that is gone (nothing should delete an
+/// unfinished one) gets no rows instead of failing the batch.
+fn record_attempts(script: &mut QueryBuilder<Sqlite>, attempts: &[(Uuid, &Attempt)]) {
+    script.push(
+        "INSERT INTO attempts (event_id, handler, attempt, started_at, duration_ms, outcome, \
+         response_status, error) SELECT v.* FROM (",
+    );
+    script.push_values(attempts, |mut row, (event, a)| {
+        row.push_bind(event.to_string())
+            .push_bind(a.handler.clone())
+            .push_bind(i64::from(a.attempt))
+            .push_bind(Timestamp(a.started_at).to_rfc3339())
+            .push_bind(i64::try_from(a.duration_ms).unwrap_or(i64::MAX))
+            .push_bind(a.outcome.as_str())
+            .push_bind(a.response_status.map(i64::from))
+            .push_bind(a.error.clone());
+    });
+    script.push(
+        ") AS v WHERE EXISTS (SELECT 1 FROM events e WHERE e.id = v.column1) \
+         ON CONFLICT DO NOTHING;",
+    );
+}
+
 /// Deletes up to `?2` terminal events created before `?1`, oldest first, through
 /// the index of terminal events by creation time (migration 0004): each batch
 /// reads its own rows and stops, whatever the number of expired ones.
@@ -317,7 +348,8 @@ const PURGE: &str = "DELETE FROM events WHERE id IN (SELECT id FROM events \
      INDEXED BY events_terminal_created \
      WHERE status IN ('completed', 'failed') AND created_at < ? ORDER BY created_at LIMIT ?)";
 
-/// Deletes one batch of old terminal events; deliveries follow by cascade.
+/// Deletes one batch of old terminal events; deliveries and attempts follow by
+/// cascade.
 pub(super) async fn purge(
     conn: &mut SqliteConnection,
     cutoff: Timestamp,
