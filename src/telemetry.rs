@@ -42,6 +42,9 @@ pub mod names {
     /// Counter `{source,reason}` of refused source requests; reason is signature,
     /// timestamp or other.
     pub const SOURCE_REJECTED: &str = "hookbox_source_rejected_total";
+    /// Counter of `POST /webhooks` retries answered from the recent keys (200 or
+    /// 422) without a round trip to the database's writer (SQLite only).
+    pub const IDEMPOTENCY_CACHE_HITS: &str = "hookbox_idempotency_cache_hits_total";
 }
 
 /// Installs the global tracing subscriber (`LOG_LEVEL` filter, `LOG_FORMAT` lines).
@@ -127,6 +130,11 @@ pub fn describe() {
         names::SOURCE_REJECTED,
         "Source requests refused, by source and reason (signature, timestamp, other)"
     );
+    describe_counter!(
+        names::IDEMPOTENCY_CACHE_HITS,
+        "Intake retries answered from the recent keys, without the database's writer"
+    );
     metrics::counter!(names::EVENTS_DUPLICATE).absolute(0);
+    metrics::counter!(names::IDEMPOTENCY_CACHE_HITS).absolute(0);
     metrics::counter!(names::EVENTS_UNROUTED).absolute(0);
 }

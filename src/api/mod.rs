@@ -35,7 +35,7 @@ pub fn router(app: AppState) -> Router {
     let idempotency = IdempotencyLayer::new(
         intake::EventsIdempotency {
             store: app.store.clone(),
-            require_key: app.require_idempotency_key,
+            intake: axum::extract::FromRef::from_ref(&app),
         },
         app.max_body_bytes,
     )

@@ -18,6 +18,7 @@ mod layers;
 mod library;
 mod processing;
 mod receiver;
+mod recent_keys;
 mod security;
 mod sources;
 mod status;

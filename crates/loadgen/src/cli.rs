@@ -24,6 +24,9 @@ pub(crate) enum Command {
     /// Register 3 subscribers on a built-in receiver, post N events, and wait
     /// until every delivery (2.5 per event) has arrived.
     Deliver(DeliverArgs),
+    /// Seed N keys, then post new keys for a fixed time, then re-post the N known
+    /// keys for the same time (a retry storm); report both rates and their ratio.
+    Storm(StormArgs),
 }
 
 /// Options shared by both modes.
@@ -96,4 +99,20 @@ pub(crate) struct DeliverArgs {
     /// Bearer token for the admin routes, when hookbox has `ADMIN_TOKEN` set.
     #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
     pub(crate) admin_token: Option<String>,
+}
+
+/// Options of `storm`.
+#[derive(Args, Debug)]
+pub(crate) struct StormArgs {
+    #[command(flatten)]
+    pub(crate) common: CommonArgs,
+    /// How long each timed phase (unique keys, then the storm) sends for.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub(crate) duration: Duration,
+    /// How many known keys the storm re-posts.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) keys: u64,
+    /// `event_type` of the posted events.
+    #[arg(long, default_value = "bench.ingest")]
+    pub(crate) event_type: String,
 }
