@@ -11,6 +11,8 @@
 #   scripts/bench.sh ingest --source github             # a signed GitHub source
 #   scripts/bench.sh sources --duration 10s             # both, interleaved, 3 each
 #   BENCH_BIN_DIR=/tmp/before scripts/bench.sh e2e --events 50000   # no build: A/B runs
+#   scripts/bench.sh storm --duration 10s --connections 64   # retry storm: 1,000 known
+#                                                     # keys vs new keys, one run
 #
 # Arguments go to target/release/loadgen (the workspace crate crates/loadgen; see
 # `loadgen --help`); the
@@ -21,7 +23,9 @@
 # bench-github-secret, which loadgen signs with by default). `sources` runs
 # `ingest` and `ingest --source github` alternately, three times each, on the
 # one instance (so both figures come from one run; the machine may be noisy),
-# passing the other arguments to each. In `deliver` mode hookbox also gets
+# passing the other arguments to each. `storm` seeds 1,000 keys (`--keys`), posts
+# new keys for `--duration`, then re-posts the known keys for `--duration` and
+# prints both rates and their ratio. In `deliver` mode hookbox also gets
 # ALLOWED_TARGETS=127.0.0.0/8 (unless set), so that the subscribers loadgen registers
 # may reach its built-in receiver on 127.0.0.1. Every other hookbox setting
 # passes through from the environment (note that DATABASE_URL, if set, wins over

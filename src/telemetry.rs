@@ -46,6 +46,9 @@ pub mod names {
     pub const SOURCE_UP: &str = "hookbox_source_up";
     /// Gauge `{source}`: now minus the source's timestamp of the last committed item.
     pub const SOURCE_CURSOR_LAG: &str = "hookbox_source_cursor_lag_seconds";
+    /// Counter of `POST /webhooks` retries answered from the recent keys (200 or
+    /// 422) without a round trip to the database's writer (SQLite only).
+    pub const IDEMPOTENCY_CACHE_HITS: &str = "hookbox_idempotency_cache_hits_total";
 }
 
 /// Installs the global tracing subscriber (`LOG_LEVEL` filter, `LOG_FORMAT` lines).
@@ -140,6 +143,11 @@ pub fn describe() {
         Unit::Seconds,
         "Pull sources: now minus the source's timestamp of the last committed item"
     );
+    describe_counter!(
+        names::IDEMPOTENCY_CACHE_HITS,
+        "Intake retries answered from the recent keys, without the database's writer"
+    );
     metrics::counter!(names::EVENTS_DUPLICATE).absolute(0);
+    metrics::counter!(names::IDEMPOTENCY_CACHE_HITS).absolute(0);
     metrics::counter!(names::EVENTS_UNROUTED).absolute(0);
 }

@@ -2,7 +2,9 @@
 //!
 //! Parsing happens once: the idempotency layer's store ([`EventsIdempotency`]) parses
 //! the body to learn the key and fingerprint and leaves the [`ParsedIntake`] in the
-//! request's extensions for [`intake`]. The body goes straight to the payload's
+//! request's extensions for [`intake`]. A retry of a recently committed key is
+//! answered by that store from the store's recent keys, without reaching the
+//! database's writer (docs/architecture.md, "Idempotency keys"). The body goes straight to the payload's
 //! canonical text ([`crate::json`]), with no tree of values: numbers are kept digit
 //! for digit, and an object with a key twice is a 400 `invalid_body`.
 //!
@@ -220,17 +222,59 @@ fn check_ordering_values(deliveries: &[NewDelivery]) -> Result<(), Problem> {
     }
 }
 
-/// The idempotency store of intake: the events table itself.
+/// The idempotency store of intake: the events table, with the store's recent keys
+/// in front ([`Store::recent_key`]).
+///
+/// A retry of a key committed recently is answered here, without a round trip to
+/// the database's writer: 200 with the event's current status, or 422
+/// `idempotency_key_reused` for another type or payload — what the table would
+/// answer, after the same checks [`commit`] makes first (a request those refuse,
+/// or one arriving while shutting down, goes on to the handler, which answers it).
+/// The retry is still counted in `received_count` ([`Store::count_retry`]). Any
+/// other key goes on to [`intake`], where the table's UNIQUE key settles it.
 pub struct EventsIdempotency {
-    /// Where events live.
+    /// Where events live, and their recent keys.
     pub store: Arc<dyn Store>,
-    /// `REQUIRE_IDEMPOTENCY_KEY`.
-    pub require_key: bool,
+    /// What the handler checks before the table (and `REQUIRE_IDEMPOTENCY_KEY`).
+    pub intake: Intake,
+}
+
+impl EventsIdempotency {
+    /// The answer to a retry of a recently committed key, or `None` when the table
+    /// must answer.
+    async fn known(&self, parts: &http::request::Parts, key: &str, asked: &str) -> Option<Begin> {
+        let parsed = parts.extensions.get::<ParsedIntake>()?;
+        let stored = self.store.recent_key(key)?;
+        admit(&self.intake, parsed, None).ok()?;
+        if fingerprint(&stored.event_type, &stored.payload_sha256) != asked {
+            metrics::counter!(names::IDEMPOTENCY_CACHE_HITS).increment(1);
+            return Some(Begin::Mismatch);
+        }
+        // Counted before the answer; on failure the table answers (and counts).
+        self.store
+            .count_retry(stored.id, Timestamp::now())
+            .await
+            .ok()?;
+        metrics::counter!(names::EVENTS_DUPLICATE).increment(1);
+        metrics::counter!(names::IDEMPOTENCY_CACHE_HITS).increment(1);
+        let res = accepted(StatusCode::OK, &stored);
+        let mut headers = res.headers().clone();
+        headers.remove(header::CONTENT_LENGTH);
+        let body = axum::body::to_bytes(res.into_body(), usize::MAX)
+            .await
+            .ok()?;
+        Some(Begin::Replay(CachedResponse {
+            status: StatusCode::OK,
+            headers,
+            body,
+        }))
+    }
 }
 
 impl IdempotencyStore for EventsIdempotency {
     fn identify(&self, parts: &mut http::request::Parts, body: &Bytes) -> Identity {
-        match parse(&parts.headers, body, self.require_key) {
+        let require_key = self.intake.settings.require_idempotency_key;
+        match parse(&parts.headers, body, require_key) {
             Err(problem) => Identity::Reject(problem.into()),
             Ok(parsed) => {
                 let identity = match &parsed.key {
@@ -246,11 +290,22 @@ impl IdempotencyStore for EventsIdempotency {
         }
     }
 
-    /// Always proceeds: the events table's UNIQUE key settles duplicates inside the
-    /// commit itself ([`intake`] answers 200 or 422 from what the insert found), which
-    /// is race-free under any concurrency and spares every new event a read.
-    fn begin<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<Begin, BoxError>> {
-        Box::pin(std::future::ready(Ok(Begin::Proceed)))
+    /// Answers a recently committed key from memory; any other key proceeds: the
+    /// events table's UNIQUE key settles it inside the commit itself ([`intake`]
+    /// answers 200 or 422 from what the insert found), which is race-free under
+    /// any concurrency and spares every new event a read.
+    fn begin<'a>(
+        &'a self,
+        parts: &'a http::request::Parts,
+        key: &'a str,
+        fingerprint: &'a str,
+    ) -> BoxFuture<'a, Result<Begin, BoxError>> {
+        Box::pin(async move {
+            Ok(self
+                .known(parts, key, fingerprint)
+                .await
+                .unwrap_or(Begin::Proceed))
+        })
     }
 
     fn finish(&self, _: String, _: String, _: Option<CachedResponse>) -> BoxFuture<'_, ()> {
@@ -384,17 +439,14 @@ pub async fn intake(
     commit(&app, parsed, None).await
 }
 
-/// Commits a validated event and answers for it: 202 new, 200 a retry of the event
-/// holding its key (whose `received_count` the same commit raised), 422 that key
-/// with another type or payload. The one commit path of both intake routes:
-/// `POST /webhooks` (`source` = `None`) and `POST /ingest/{name}` (the source's
-/// name). A `POST /webhooks` key inside a source's namespace (`{name}:…`) is
-/// refused: 422 `invalid_idempotency_key`.
-pub async fn commit(
+/// What [`commit`] checks before the table: not shutting down, a `POST /webhooks`
+/// key outside the sources' namespaces, ordering values without NUL. Returns the
+/// event's deliveries and the version of the subscribers they were routed with.
+fn admit(
     app: &Intake,
-    parsed: ParsedIntake,
-    source: Option<String>,
-) -> Result<Response, Problem> {
+    parsed: &ParsedIntake,
+    source: Option<&str>,
+) -> Result<(Vec<NewDelivery>, u64), Problem> {
     if app.lifecycle.is_draining() {
         return Err(Problem::unavailable(
             "shutting down; retry on another instance",
@@ -418,10 +470,25 @@ pub async fn commit(
             );
         }
     }
-    let id = Uuid::now_v7();
     let (registry, routing_version) = app.registry.versioned();
     let deliveries = registry.deliveries(&parsed.event_type, &parsed.canonical);
     check_ordering_values(&deliveries)?;
+    Ok((deliveries, routing_version))
+}
+
+/// Commits a validated event and answers for it: 202 new, 200 a retry of the event
+/// holding its key (whose `received_count` the same commit raised), 422 that key
+/// with another type or payload. The one commit path of both intake routes:
+/// `POST /webhooks` (`source` = `None`) and `POST /ingest/{name}` (the source's
+/// name). A `POST /webhooks` key inside a source's namespace (`{name}:…`) is
+/// refused: 422 `invalid_idempotency_key`.
+pub async fn commit(
+    app: &Intake,
+    parsed: ParsedIntake,
+    source: Option<String>,
+) -> Result<Response, Problem> {
+    let (deliveries, routing_version) = admit(app, &parsed, source.as_deref())?;
+    let id = Uuid::now_v7();
     let asked = parsed.fingerprint();
     let event = NewEvent {
         id,

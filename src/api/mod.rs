@@ -67,7 +67,7 @@ fn with_layers(route: routes::Route, app: &AppState) -> UtoipaMethodRouter<AppSt
             let idempotency = IdempotencyLayer::new(
                 intake::EventsIdempotency {
                     store: app.store.clone(),
-                    require_key: app.require_idempotency_key,
+                    intake: axum::extract::FromRef::from_ref(app),
                 },
                 app.max_body_bytes,
             )

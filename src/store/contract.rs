@@ -359,12 +359,42 @@ async fn subscribers(b: &Backend) {
     assert_eq!(b.store.subscribers().await.expect("list"), [minimal]);
 }
 
+/// The recent keys: the SQLite store answers a committed key from memory as the
+/// table holds it and counts a retry answered so (a read right after shows it);
+/// the PostgreSQL store keeps none.
+async fn recent_keys(b: &Backend, first: &NewEvent) {
+    let known = b.store.recent_key("key-a");
+    if b.claims.is_some() {
+        assert!(known.is_none(), "{}: no recent keys", b.name);
+        return;
+    }
+    let known = known.expect("key-a was committed just now");
+    assert_eq!((known.id, known.status), (first.id, Status::Pending));
+    assert_eq!(known.payload_sha256, first.payload_sha256);
+    assert_eq!(known.event_type, first.event_type);
+    assert!(b.store.recent_key("no-such-key").is_none());
+    let at = Timestamp::now();
+    b.store.count_retry(first.id, at).await.expect("count");
+    let view = b.store.event(first.id).await.expect("event").expect("some");
+    assert_eq!((view.received_count, view.last_received_at), (3, at));
+}
+
+/// After its outcomes the key is forgotten or holds the current status; after
+/// retention deleted the event it is forgotten.
+async fn recent_keys_follow(b: &Backend, status: Option<Status>) {
+    let now = b.store.recent_key("key-a").map(|s| s.status);
+    assert!(now.is_none() || now == status, "{}: {now:?}", b.name);
+}
+
 /// The whole contract, in order, on one fresh store.
 async fn contract(b: Backend) {
     let first = intake(&b).await;
+    recent_keys(&b, &first).await;
     let waiting = listing(&b, &first).await;
     outcomes(&b, &first).await;
+    recent_keys_follow(&b, Some(Status::Completed)).await;
     bookkeeping(&b, &first, &waiting).await;
+    recent_keys_follow(&b, None).await;
     subscribers(&b).await;
 }
 

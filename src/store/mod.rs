@@ -232,6 +232,29 @@ pub trait Store: Send + Sync + 'static {
     /// The event with this idempotency key, without its deliveries.
     async fn find_key(&self, key: &str) -> Result<Option<EventSummary>, StoreError>;
 
+    /// The event holding `key`, answered from memory when the key was committed
+    /// recently — exactly as the table holds it now (its current status) — or
+    /// `None`: the key is not known here (never used, forgotten, or this store
+    /// keeps no such memory), and the table must be asked. No I/O.
+    ///
+    /// The SQLite store keeps a bounded cache of recent keys that its one writer
+    /// fills and invalidates in commit order; the PostgreSQL store keeps none
+    /// (another instance may change an event's status), so it always says `None`.
+    fn recent_key(&self, _key: &str) -> Option<EventSummary> {
+        None
+    }
+
+    /// Counts one more request that carried `event` — a retry answered from
+    /// [`Store::recent_key`]: `received_count + 1` and `last_received_at` = `at`
+    /// (if later). Returns once the count is queued, not committed: it is
+    /// committed with the next write batch. Only a store that answers
+    /// `recent_key` is asked; the others refuse.
+    async fn count_retry(&self, _event: Uuid, _at: Timestamp) -> Result<(), StoreError> {
+        Err(StoreError::Corrupt(
+            "count_retry on a store that answers no recent keys".into(),
+        ))
+    }
+
     /// The event with its deliveries.
     async fn event(&self, id: Uuid) -> Result<Option<EventView>, StoreError>;
 

@@ -22,6 +22,7 @@ mod pgrestart;
 mod processing;
 mod pull;
 mod receiver;
+mod recent_keys;
 mod security;
 mod sources;
 mod status;

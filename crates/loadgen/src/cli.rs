@@ -27,6 +27,9 @@ pub(crate) enum Command {
     /// Be a WebSocket upstream for a hookbox pull source: send N messages as fast
     /// as possible, and wait until hookbox has committed all of them.
     Websocket(WebsocketArgs),
+    /// Seed N keys, then post new keys for a fixed time, then re-post the N known
+    /// keys for the same time (a retry storm); report both rates and their ratio.
+    Storm(StormArgs),
 }
 
 /// Options shared by both modes.
@@ -122,4 +125,20 @@ pub(crate) struct WebsocketArgs {
     /// Bearer token for `GET /sources`, when hookbox has `ADMIN_TOKEN` set.
     #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
     pub(crate) admin_token: Option<String>,
+}
+
+/// Options of `storm`.
+#[derive(Args, Debug)]
+pub(crate) struct StormArgs {
+    #[command(flatten)]
+    pub(crate) common: CommonArgs,
+    /// How long each timed phase (unique keys, then the storm) sends for.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub(crate) duration: Duration,
+    /// How many known keys the storm re-posts.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) keys: u64,
+    /// `event_type` of the posted events.
+    #[arg(long, default_value = "bench.ingest")]
+    pub(crate) event_type: String,
 }

@@ -46,6 +46,7 @@ pub(crate) async fn run_ingest(args: IngestArgs) -> Result<ExitCode, BoxError> {
         bodies: vec![body],
         target,
         run_id,
+        key_space: None,
         github_signature,
         budget: Budget::Until {
             deadline: started + args.duration,

@@ -3,7 +3,7 @@
 //! Run with: cargo run --release -p loadgen -- ingest --url http://127.0.0.1:8000 --duration 10s --connections 64
 //! (`scripts/bench.sh` builds it, starts hookbox and runs it).
 //!
-//! Three modes:
+//! Four modes:
 //!
 //! - `ingest` posts webhooks for a fixed time and reports throughput, latency
 //!   percentiles and non-2xx statuses. Every connection is one task with its own
@@ -24,7 +24,11 @@
 //!   second end to end, and deletes its subscribers. hookbox must let http handlers
 //!   reach loopback: run it with `ALLOWED_TARGETS=127.0.0.0/8`.
 //!
-//! Every request carries a unique `Idempotency-Key` (`<run id>-<sequence>`), so every
+//! - `storm` measures a retry storm: it seeds `--keys` events (default 1,000), posts
+//!   new keys for `--duration`, then re-posts the seeded keys (same body) for
+//!   `--duration`, and reports both rates and their ratio, from the same run.
+//!
+//! Every request (but the storm's) carries a unique `Idempotency-Key` (`<run id>-<sequence>`), so every
 //! accepted request creates a new event. The progress line goes to stderr, the
 //! results table to stdout.
 //!
@@ -47,7 +51,8 @@
 //! The modules follow the tool's parts: [`cli`] (arguments), [`conn`] (target and
 //! connections), [`post`] (the posting tasks and their tallies), [`sources`]
 //! (posting as GitHub does), [`progress`] (the live line), one module per mode
-//! ([`ingest`], [`e2e`], [`deliver`] with its [`receiver`] and [`admin`] client)
+//! ([`ingest`], [`e2e`], [`deliver`] with its [`receiver`] and [`admin`] client,
+//! [`storm`])
 //! and [`report`] (percentiles, the table, the exit code).
 
 mod admin;
@@ -61,6 +66,7 @@ mod progress;
 mod receiver;
 mod report;
 mod sources;
+mod storm;
 mod websocket;
 
 use std::error::Error;
@@ -81,6 +87,7 @@ async fn main() -> ExitCode {
         Command::E2e(args) => e2e::run_e2e(args).await,
         Command::Deliver(args) => deliver::run_deliver(args).await,
         Command::Websocket(args) => websocket::run_websocket(args).await,
+        Command::Storm(args) => storm::run_storm(args).await,
     };
     match outcome {
         Ok(code) => code,

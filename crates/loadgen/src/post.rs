@@ -30,6 +30,9 @@ pub(crate) struct Shared {
     pub(crate) bodies: Vec<Bytes>,
     /// Prefix of every idempotency key of this run.
     pub(crate) run_id: String,
+    /// `storm`: event `seq` reuses the key of event `seq % key_space` (so every
+    /// request repeats one of `key_space` keys); `None`: every key is new.
+    pub(crate) key_space: Option<u64>,
     /// With `ingest --source`: the `X-Hub-Signature-256` of the (one) body; the
     /// key goes in `X-GitHub-Delivery` instead of `Idempotency-Key`.
     pub(crate) github_signature: Option<HeaderValue>,
@@ -186,7 +189,8 @@ pub(crate) async fn connection_task(shared: Arc<Shared>) -> Stats {
     let mut conn = Connection::new(Arc::clone(&shared.target));
     let mut stats = Stats::default();
     while let Some(seq) = shared.budget.claim() {
-        let key = format!("{}-{seq}", shared.run_id);
+        let key_seq = shared.key_space.map_or(seq, |space| seq % space.max(1));
+        let key = format!("{}-{key_seq}", shared.run_id);
         post_until_done(&shared, &mut conn, seq, &key, &mut stats).await;
     }
     stats.connections_opened = conn.opened;
@@ -329,6 +333,7 @@ pub(crate) async fn post_counted(
         bodies,
         target: Arc::clone(target),
         run_id,
+        key_space: None,
         github_signature: None,
         budget: Budget::Count {
             total: posting.total,

@@ -86,62 +86,62 @@ pub(super) async fn record(
     };
     let attempts: Vec<Option<&Attempt>> = finishes.iter().map(|f| f.attempt.as_ref()).collect();
     let recorded: i32 = sqlx::query_scalar(RECORD)
-    .bind(owner)
-    .bind(finishes.iter().map(|f| f.delivery_id).collect::<Vec<_>>())
-    .bind(events)
-    .bind(
-        finishes
-            .iter()
-            .map(|f| f.status.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(finishes.iter().map(|f| int(f.attempts)).collect::<Vec<_>>())
-    .bind(column(&|f| f.last_error.clone()))
-    .bind(
-        finishes
-            .iter()
-            .map(|f| {
-                f.retry_after
-                    .map(|t| (t.0 - now.0).num_milliseconds().max(0))
-            })
-            .collect::<Vec<_>>(),
-    )
-    .bind(column(&|f| f.attempt.as_ref().map(|a| a.handler.clone())))
-    .bind(
-        attempts
-            .iter()
-            .map(|a| a.map(|a| int(a.attempt)))
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        attempts
-            .iter()
-            .map(|a| a.map(|a| a.started_at))
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        attempts
-            .iter()
-            .map(|a| a.map(|a| i64::try_from(a.duration_ms).unwrap_or(i64::MAX)))
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        attempts
-            .iter()
-            .map(|a| a.map(|a| a.outcome.as_str()))
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        attempts
-            .iter()
-            .map(|a| a.and_then(|a| a.response_status).map(i32::from))
-            .collect::<Vec<_>>(),
-    )
-    .bind(column(&|f| {
-        f.attempt.as_ref().and_then(|a| a.error.clone())
-    }))
-    .fetch_one(pool)
-    .await?;
+        .bind(owner)
+        .bind(finishes.iter().map(|f| f.delivery_id).collect::<Vec<_>>())
+        .bind(events)
+        .bind(
+            finishes
+                .iter()
+                .map(|f| f.status.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(finishes.iter().map(|f| int(f.attempts)).collect::<Vec<_>>())
+        .bind(column(&|f| f.last_error.clone()))
+        .bind(
+            finishes
+                .iter()
+                .map(|f| {
+                    f.retry_after
+                        .map(|t| (t.0 - now.0).num_milliseconds().max(0))
+                })
+                .collect::<Vec<_>>(),
+        )
+        .bind(column(&|f| f.attempt.as_ref().map(|a| a.handler.clone())))
+        .bind(
+            attempts
+                .iter()
+                .map(|a| a.map(|a| int(a.attempt)))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            attempts
+                .iter()
+                .map(|a| a.map(|a| a.started_at))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            attempts
+                .iter()
+                .map(|a| a.map(|a| i64::try_from(a.duration_ms).unwrap_or(i64::MAX)))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            attempts
+                .iter()
+                .map(|a| a.map(|a| a.outcome.as_str()))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            attempts
+                .iter()
+                .map(|a| a.and_then(|a| a.response_status).map(i32::from))
+                .collect::<Vec<_>>(),
+        )
+        .bind(column(&|f| {
+            f.attempt.as_ref().and_then(|a| a.error.clone())
+        }))
+        .fetch_one(pool)
+        .await?;
     Ok(usize::try_from(recorded).unwrap_or(0))
 }
 

@@ -38,7 +38,7 @@ use super::{
     EventSummary, Inserted, ListQuery, Page, PendingDelivery, Stats, Store, StoreError, Unfinished,
 };
 use crate::model::{
-    Attempt, DeadLetter, DeliveryTask, EventView, Finish, NewEvent, Status, Subscriber, Timestamp,
+    Attempt, DeadLetter, DeliveryTask, EventView, Finish, NewEvent, Subscriber, Timestamp,
 };
 use crate::store::ReplayFilter;
 use rows::{ATTEMPT_COLUMNS, ATTEMPT_ORDER, EVENT_COLUMNS, SUMMARY_COLUMNS, TASK_COLUMNS};

@@ -13,12 +13,14 @@
 //! process ends, however it ends.
 
 mod pull;
+mod recent;
 mod rows;
 mod writer;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -40,6 +42,8 @@ use crate::config::SqliteSynchronous as Sync;
 use crate::model::{
     Attempt, DeadLetter, DeliveryTask, EventView, Finish, NewEvent, Subscriber, Timestamp,
 };
+pub use recent::RECENT_KEYS;
+use recent::RecentKeys;
 use rows::{ATTEMPT_COLUMNS, ATTEMPT_ORDER, EVENT_COLUMNS, SUMMARY_COLUMNS};
 use writer::Write;
 
@@ -57,7 +61,10 @@ const WRITE_BACKLOG: usize = 16_384;
 pub struct SqliteStore {
     read: SqlitePool,
     writes: mpsc::Sender<Write>,
-    stats: std::sync::Arc<super::StatsCache>,
+    stats: Arc<super::StatsCache>,
+    /// The keys the writer committed lately ([`RECENT_KEYS`] at most), which
+    /// [`Store::recent_key`] answers from.
+    recent: Arc<RecentKeys>,
 }
 
 impl SqliteStore {
@@ -98,14 +105,17 @@ impl SqliteStore {
             .connect_with(base.read_only(true))
             .await?;
         let (writes, rx) = mpsc::channel(WRITE_BACKLOG);
+        let recent = Arc::new(RecentKeys::new(recent_keys_bound()));
+        let kept = recent.clone();
         tokio::spawn(async move {
-            writer::run(conn, rx).await;
+            writer::run(conn, rx, kept).await;
             drop(lock);
         });
         Ok(Self {
             read,
             writes,
             stats: Default::default(),
+            recent,
         })
     }
 
@@ -141,7 +151,20 @@ impl SqliteStore {
         })
     }
 
+    /// Waits until the writer has committed every retry counted so far, when some
+    /// are queued ([`Store::count_retry`]): a read of events then shows them.
+    async fn settle_receipts(&self) -> Result<(), StoreError> {
+        if !self.recent.unsettled() {
+            return Ok(());
+        }
+        // The writer runs each batch before the solos received with it, in the
+        // order they were sent: this answers after every earlier receipt.
+        self.send(|reply| writer::solo(reply, |_| Box::pin(async { Ok(()) })))
+            .await
+    }
+
     async fn view_where(&self, column: &str, value: &str) -> Result<Option<EventView>, StoreError> {
+        self.settle_receipts().await?;
         let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE {column} = ?");
         let row = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(value)
@@ -152,6 +175,17 @@ impl SqliteStore {
         rows::attach_deliveries(&self.read, &mut views).await?;
         Ok(views.pop())
     }
+}
+
+/// How many recent keys to keep: [`RECENT_KEYS`], or the number in
+/// `HOOKBOX_RECENT_KEYS` — not a documented setting: it is there so that tests
+/// can watch keys being evicted without posting 65,536 of them.
+fn recent_keys_bound() -> usize {
+    std::env::var("HOOKBOX_RECENT_KEYS")
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(RECENT_KEYS)
 }
 
 /// The lock file of the database at `path`: `<path>.lock`.
@@ -198,12 +232,26 @@ impl Store for SqliteStore {
     }
 
     async fn find_key(&self, key: &str) -> Result<Option<EventSummary>, StoreError> {
+        self.settle_receipts().await?;
         let sql = format!("SELECT {SUMMARY_COLUMNS} FROM events WHERE idempotency_key = ?");
         let row = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(key)
             .fetch_optional(&self.read)
             .await?;
         row.as_ref().map(rows::summary).transpose()
+    }
+
+    fn recent_key(&self, key: &str) -> Option<EventSummary> {
+        self.recent.keys.get(key)
+    }
+
+    async fn count_retry(&self, event: Uuid, at: Timestamp) -> Result<(), StoreError> {
+        self.recent.queued();
+        let sent = self.writes.send(Write::Receipt(event, at)).await;
+        sent.map_err(|_| {
+            self.recent.settled(1);
+            StoreError::WriterGone
+        })
     }
 
     async fn event(&self, id: Uuid) -> Result<Option<EventView>, StoreError> {
@@ -215,6 +263,7 @@ impl Store for SqliteStore {
     }
 
     async fn list_events(&self, query: &ListQuery) -> Result<Page<EventView>, StoreError> {
+        self.settle_receipts().await?;
         let mut qb =
             QueryBuilder::<Sqlite>::new(format!("SELECT {EVENT_COLUMNS} FROM events WHERE 1=1"));
         if let Some(status) = query.status {
@@ -324,9 +373,10 @@ impl Store for SqliteStore {
     }
 
     async fn purge(&self, cutoff: Timestamp, limit: u32) -> Result<u64, StoreError> {
+        let recent = self.recent.clone();
         self.send(|reply| {
             writer::solo(reply, move |conn| {
-                Box::pin(writer::purge(conn, cutoff, limit))
+                Box::pin(async move { writer::purge(conn, cutoff, limit, &recent).await })
             })
         })
         .await
@@ -362,8 +412,13 @@ impl Store for SqliteStore {
     }
 
     async fn replay(&self, filter: ReplayFilter) -> Result<Vec<PendingDelivery>, StoreError> {
-        self.send(|reply| writer::solo(reply, move |conn| Box::pin(writer::replay(conn, filter))))
-            .await
+        let recent = self.recent.clone();
+        self.send(|reply| {
+            writer::solo(reply, move |conn| {
+                Box::pin(async move { writer::replay(conn, filter, &recent).await })
+            })
+        })
+        .await
     }
 
     async fn subscribers(&self) -> Result<Vec<Subscriber>, StoreError> {

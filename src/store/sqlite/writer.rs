@@ -7,6 +7,7 @@
 //! bad operation fails alone.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use sqlx::{Connection, QueryBuilder, Sqlite, SqliteConnection};
@@ -14,6 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{error, warn};
 use uuid::Uuid;
 
+use super::recent::{self, RecentKeys};
 use super::rows::{self, SUMMARY_COLUMNS};
 use crate::model::{Attempt, Finish, NewDelivery, NewEvent, Status, Subscriber, Timestamp};
 use crate::store::rows::RowExt;
@@ -32,6 +34,9 @@ pub(super) enum Write {
     Settle(Uuid),
     /// Mark a pending delivery `processing` (nobody waits for it).
     Start(Uuid, Uuid),
+    /// Count one more request of an event (a retry answered from the recent keys;
+    /// nobody waits for it).
+    Receipt(Uuid, Timestamp),
     /// Record an attempt's outcome.
     Finish(Finish, oneshot::Sender<Result<(), StoreError>>),
     /// Any other write, run alone on the write connection after the batch (in its
@@ -61,20 +66,29 @@ where
 }
 
 /// What one write produced.
-enum Done {
+pub(super) enum Done {
+    /// An insert's outcome.
     Inserted(Inserted),
+    /// Any other write's.
     Unit,
 }
 
-/// Runs until every sender is gone.
-pub(super) async fn run(mut conn: SqliteConnection, mut rx: mpsc::Receiver<Write>) {
+/// Runs until every sender is gone; keeps `recent` (the recent keys) in step with
+/// what it commits.
+pub(super) async fn run(
+    mut conn: SqliteConnection,
+    mut rx: mpsc::Receiver<Write>,
+    recent: Arc<RecentKeys>,
+) {
     let mut received = Vec::with_capacity(MAX_BATCH);
     while rx.recv_many(&mut received, MAX_BATCH).await > 0 {
         let (solos, mut batch): (Vec<Write>, Vec<Write>) = received
             .drain(..)
             .partition(|op| matches!(op, Write::Solo(_)));
         if !batch.is_empty() {
-            commit_batch(&mut conn, &mut batch).await;
+            let receipts = recent::receipt_count(&batch);
+            commit_batch(&mut conn, &mut batch, &recent).await;
+            recent.settled(receipts);
         }
         for op in solos {
             if let Write::Solo(f) = op {
@@ -88,9 +102,9 @@ pub(super) async fn run(mut conn: SqliteConnection, mut rx: mpsc::Receiver<Write
 }
 
 /// Commits a batch, falling back to one transaction per op when it fails.
-async fn commit_batch(conn: &mut SqliteConnection, batch: &mut Vec<Write>) {
+async fn commit_batch(conn: &mut SqliteConnection, batch: &mut Vec<Write>, recent: &RecentKeys) {
     {
-        match commit(conn, batch).await {
+        match commit(conn, batch, recent).await {
             Ok(results) => answer(batch.drain(..), results),
             Err(e) if batch.len() == 1 => {
                 error!(error = %e, "write failed");
@@ -100,7 +114,7 @@ async fn commit_batch(conn: &mut SqliteConnection, batch: &mut Vec<Write>) {
                 warn!(error = %e, size = batch.len(), "batch failed; retrying one by one");
                 for op in batch.drain(..) {
                     let one = [op];
-                    let results = match commit(conn, &one).await {
+                    let results = match commit(conn, &one, recent).await {
                         Ok(r) => r,
                         Err(e) => vec![Err(e)],
                     };
@@ -124,7 +138,7 @@ fn answer(ops: impl Iterator<Item = Write>, results: Vec<Result<Done, StoreError
             }))),
             Write::Finish(_, reply) => drop(reply.send(result.map(|_| ()))),
             Write::Solo(_) => {}
-            Write::Settle(id) | Write::Start(_, id) => {
+            Write::Settle(id) | Write::Start(_, id) | Write::Receipt(id, _) => {
                 if let Err(e) = result {
                     warn!(event = %id, error = %e, "status update failed; recovery will redo it");
                 }
@@ -147,6 +161,7 @@ fn answer(ops: impl Iterator<Item = Write>, results: Vec<Result<Done, StoreError
 async fn commit(
     conn: &mut SqliteConnection,
     ops: &[Write],
+    recent: &RecentKeys,
 ) -> Result<Vec<Result<Done, StoreError>>, StoreError> {
     let events: Vec<&NewEvent> = ops
         .iter()
@@ -179,6 +194,9 @@ async fn commit(
         .collect();
     settles.sort_unstable();
     settles.dedup();
+    // Before the commit, so that no retry is answered an older status after it.
+    recent::forget(recent, &settles);
+    let receipts = recent::receipts(ops);
     let mut script = QueryBuilder::<Sqlite>::new("BEGIN IMMEDIATE;");
     for chunk in events.chunks(ROWS_PER_STATEMENT) {
         insert_events(&mut script, chunk);
@@ -206,6 +224,9 @@ async fn commit(
     for chunk in settles.chunks(ROWS_PER_STATEMENT) {
         settle(&mut script, chunk);
     }
+    for chunk in receipts.chunks(ROWS_PER_STATEMENT) {
+        recent::count(&mut script, chunk);
+    }
     let outcome = match script.build().persistent(true).fetch_all(&mut *conn).await {
         Ok(rows) => settle_inserts(conn, ops, &events, &rows).await,
         Err(e) => Err(e.into()),
@@ -218,10 +239,13 @@ async fn commit(
             .map_err(StoreError::from),
         Err(e) => Err(e),
     };
-    if committed.is_err() {
-        // The script stopped at the failing statement, or a later step failed:
-        // undo what the transaction began.
-        let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+    match &committed {
+        Ok(results) => recent::remember(recent, ops, results, &settles),
+        Err(_) => {
+            // The script stopped at the failing statement, or a later step failed:
+            // undo what the transaction began.
+            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+        }
     }
     committed
 }
@@ -256,9 +280,11 @@ async fn settle_inserts(
     let mut results = Vec::with_capacity(ops.len());
     for op in ops {
         results.push(match op {
-            Write::Settle(..) | Write::Start(..) | Write::Finish(..) | Write::Solo(_) => {
-                Ok(Done::Unit)
-            }
+            Write::Settle(..)
+            | Write::Start(..)
+            | Write::Receipt(..)
+            | Write::Finish(..)
+            | Write::Solo(_) => Ok(Done::Unit),
             // Either its statement inserted every row, or the row holding its key
             // is this event.
             Write::Insert(e, _)
@@ -349,12 +375,15 @@ const PURGE: &str = "DELETE FROM events WHERE id IN (SELECT id FROM events \
      WHERE status IN ('completed', 'failed') AND created_at < ? ORDER BY created_at LIMIT ?)";
 
 /// Deletes one batch of old terminal events; deliveries and attempts follow by
-/// cascade.
+/// cascade. The recent keys are forgotten first (retention runs rarely; the keys
+/// still in use come back from the table at their next retry).
 pub(super) async fn purge(
     conn: &mut SqliteConnection,
     cutoff: Timestamp,
     limit: u32,
+    recent: &RecentKeys,
 ) -> Result<u64, StoreError> {
+    recent.clear();
     let done = sqlx::query(PURGE)
         .bind(cutoff.to_rfc3339())
         .bind(i64::from(limit))
@@ -536,6 +565,7 @@ pub(super) async fn find_keys(
 pub(super) async fn replay(
     conn: &mut SqliteConnection,
     filter: ReplayFilter,
+    recent: &RecentKeys,
 ) -> Result<Vec<PendingDelivery>, StoreError> {
     let mut tx = conn.begin().await?;
     let mut qb = QueryBuilder::<Sqlite>::new(
@@ -576,6 +606,7 @@ pub(super) async fn replay(
         settle(&mut script, chunk);
         script.build().persistent(false).execute(&mut *tx).await?;
     }
+    recent::forget(recent, &events);
     tx.commit().await?;
     replayed.sort_by_key(|d| d.delivery);
     Ok(replayed)

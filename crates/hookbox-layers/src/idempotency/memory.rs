@@ -86,6 +86,7 @@ impl IdempotencyStore for MemoryStore {
 
     fn begin<'a>(
         &'a self,
+        _parts: &'a Parts,
         key: &'a str,
         fingerprint: &'a str,
     ) -> BoxFuture<'a, Result<Begin, BoxError>> {

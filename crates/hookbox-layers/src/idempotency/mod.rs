@@ -17,7 +17,8 @@
 //! The store decides what a key and a fingerprint are, so the same layer serves a
 //! generic API ([`MemoryStore`]: the `Idempotency-Key` header, a hash of method, path
 //! and body, responses kept for a published expiry) and hookbox's intake, whose store
-//! is the events table itself (a duplicate gets the event's *current* status).
+//! is the events table with a cache of recently committed keys in front (a
+//! duplicate gets the event's *current* status).
 //!
 //! ```
 //! use std::time::Duration;
@@ -130,8 +131,13 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     fn identify(&self, parts: &mut Parts, body: &Bytes) -> Identity;
 
     /// Looks the key up (and reserves it, if the store tracks requests in flight).
+    /// `parts` is the request as [`IdempotencyStore::identify`] left it (with what
+    /// it put in the extensions), for a store whose answer depends on more than the
+    /// key: hookbox's intake answers a known key from memory only when the request
+    /// would pass the checks its handler makes before the table.
     fn begin<'a>(
         &'a self,
+        parts: &'a Parts,
         key: &'a str,
         fingerprint: &'a str,
     ) -> BoxFuture<'a, Result<Begin, BoxError>>;
@@ -307,7 +313,7 @@ where
     ResB: http_body::Body<Data = Bytes> + Send + 'static,
     ResB::Error: Into<BoxError>,
 {
-    match store.begin(&key, &fingerprint).await {
+    match store.begin(&parts, &key, &fingerprint).await {
         Err(e) => Ok(own(
             unavailable(format!("idempotency store: {e}")).into_response()
         )),
