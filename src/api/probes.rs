@@ -37,7 +37,7 @@ pub async fn ready(
         return not_ready("shutting down");
     }
     if !lifecycle.is_ready() {
-        return not_ready("starting: loading unfinished work");
+        return not_ready("starting: scheduling unfinished work");
     }
     match store.ping().await {
         Ok(()) => Json(json!({"status": "ready"})).into_response(),

@@ -16,6 +16,7 @@ mod instances;
 mod intake;
 mod layers;
 mod library;
+mod memory;
 mod processing;
 mod receiver;
 mod security;
