@@ -34,6 +34,7 @@ use crate::sources::Source;
 use crate::sources::live::Sources;
 use crate::ssrf::TargetGuard;
 use crate::state::{AdminToken, AppState, Lifecycle, MetricsExport, Shared};
+use crate::store::pull::PullStore;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{ClaimStore, DueStore, Store, StoreError};
 
@@ -76,6 +77,8 @@ pub struct Backend {
     pub claims: Option<Arc<dyn ClaimStore>>,
     /// The due-work side, when one instance serves the database (SQLite).
     pub due: Option<Arc<dyn DueStore>>,
+    /// Where pull sources keep their cursors.
+    pub pull: Arc<dyn PullStore>,
 }
 
 /// Opens the database a configuration names (and applies its migrations).
@@ -85,7 +88,8 @@ pub async fn open_backend(config: &Config) -> Result<Backend, AppError> {
         return Ok(Backend {
             store: store.clone(),
             claims: None,
-            due: Some(store),
+            due: Some(store.clone()),
+            pull: store,
         });
     }
     let url = config.database_url.as_deref().unwrap_or_default();
@@ -96,8 +100,9 @@ pub async fn open_backend(config: &Config) -> Result<Backend, AppError> {
         );
         return Ok(Backend {
             store: pg.clone(),
-            claims: Some(pg),
+            claims: Some(pg.clone()),
             due: None,
+            pull: pg,
         });
     }
     Err(AppError::UnsupportedDatabase(
@@ -205,7 +210,7 @@ impl App {
             load: inbox.load(),
             inbox,
             registry,
-            sources: Arc::new(Sources::new(sources)),
+            sources: Arc::new(Sources::new(sources).with_cursors(backend.pull)),
             require_idempotency_key: config.require_idempotency_key,
             max_body_bytes: config.max_body_bytes,
             admin_token: AdminToken::new(config.admin_token.clone()),
@@ -275,7 +280,11 @@ pub async fn serve(
         .await
 }
 
-/// Recovery (or claiming), workers, retention; then waits for `shutdown` and drains.
+/// How long pull sources may take on shutdown to commit what they fetched.
+const PULL_STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Recovery (or claiming), workers, retention, pull sources; then waits for
+/// `shutdown`, stops the pull sources and drains.
 async fn run_workers(
     config: &Config,
     state: &AppState,
@@ -307,8 +316,11 @@ async fn run_workers(
     ));
     state.lifecycle.set_ready();
     info!(workers = config.worker_count, "ready");
+    let pulls = crate::sources::pull::start(&state.sources, &state.inbox, &state.registry);
 
     shutdown.await;
+    // Pull sources stop reading first and commit what they fetched.
+    pulls.stop(PULL_STOP_GRACE).await;
     info!("shutting down: refusing new events, draining workers");
     state.lifecycle.set_draining();
     stop_claiming.cancel();

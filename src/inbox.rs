@@ -41,6 +41,7 @@ use crate::processing::queue::Queue;
 use crate::processing::window::Window;
 use crate::processing::worker::Feeder;
 use crate::registry::live::LiveRegistry;
+use crate::store::pull::PullBatch;
 use crate::store::{
     ClaimStore, DueStore, Inserted, PendingDelivery, ReplayFilter, Store, StoreError,
 };
@@ -313,6 +314,50 @@ impl Inbox {
             Ok(inserted)
         })
         .await
+    }
+
+    /// Commits a pull source's batch through `commit` (its events and its cursor in
+    /// one transaction, [`crate::store::pull`]) and hands the new events' jobs to
+    /// processing, as [`Inbox::accept`] does for one event. One result per event, in
+    /// order; `None` when the commit was refused because the cursor moved (nothing
+    /// stored). The caller is the adapter's own task, which is never cancelled
+    /// mid-commit, so this runs in it.
+    pub(crate) async fn accept_pulled<F, Fut>(
+        &self,
+        batch: PullBatch,
+        commit: F,
+    ) -> Result<Option<Vec<Inserted>>, StoreError>
+    where
+        F: FnOnce(PullBatch) -> Fut,
+        Fut: Future<Output = Result<Option<Vec<Inserted>>, StoreError>>,
+    {
+        let prepared: Vec<(Place, Vec<Job>, bool)> = batch
+            .events
+            .iter()
+            .map(|p| {
+                let e = &p.event;
+                (
+                    Place::take(self, e),
+                    Job::for_new_event(e),
+                    e.deliveries.is_empty(),
+                )
+            })
+            .collect();
+        let Some(results) = commit(batch).await? else {
+            return Ok(None);
+        };
+        let mut due = Vec::new();
+        for ((place, jobs, unrouted), inserted) in prepared.into_iter().zip(&results) {
+            if inserted.created {
+                place.keep();
+                due.extend(jobs);
+                self.count_received(&inserted.event.event_type, unrouted);
+            }
+        }
+        if !due.is_empty() {
+            self.0.dispatch.submit(due);
+        }
+        Ok(Some(results))
     }
 
     /// Counts a new event in `hookbox_events_received_total` (labelled by the

@@ -143,6 +143,10 @@ pub struct EventView {
     pub received_count: u32,
     /// When the latest of those requests arrived (`created_at` until a duplicate).
     pub last_received_at: Timestamp,
+    /// A pulled event's sequence number at its source, when the source gives one.
+    pub source_sequence: Option<i64>,
+    /// A pulled event's timestamp at its source, when the source gives one.
+    pub source_emitted_at: Option<Timestamp>,
     /// One entry per handler that matched.
     pub deliveries: Vec<DeliveryView>,
     /// Hex SHA-256 of the canonical payload, for idempotency checks (not shown).

@@ -42,6 +42,10 @@ pub mod names {
     /// Counter `{source,reason}` of refused source requests; reason is signature,
     /// timestamp or other.
     pub const SOURCE_REJECTED: &str = "hookbox_source_rejected_total";
+    /// Gauge `{source}`: 1 while a pull source's adapter fetches without error.
+    pub const SOURCE_UP: &str = "hookbox_source_up";
+    /// Gauge `{source}`: now minus the source's timestamp of the last committed item.
+    pub const SOURCE_CURSOR_LAG: &str = "hookbox_source_cursor_lag_seconds";
 }
 
 /// Installs the global tracing subscriber (`LOG_LEVEL` filter, `LOG_FORMAT` lines).
@@ -126,6 +130,15 @@ pub fn describe() {
     describe_counter!(
         names::SOURCE_REJECTED,
         "Source requests refused, by source and reason (signature, timestamp, other)"
+    );
+    describe_gauge!(
+        names::SOURCE_UP,
+        "Pull sources: 1 while connected or polling without error"
+    );
+    describe_gauge!(
+        names::SOURCE_CURSOR_LAG,
+        Unit::Seconds,
+        "Pull sources: now minus the source's timestamp of the last committed item"
     );
     metrics::counter!(names::EVENTS_DUPLICATE).absolute(0);
     metrics::counter!(names::EVENTS_UNROUTED).absolute(0);

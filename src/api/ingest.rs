@@ -40,7 +40,13 @@ pub async fn ingest(
     Path(name): Path<String>,
     request: axum::extract::Request,
 ) -> Response {
-    let Some(source) = app.sources.get(&name).cloned() else {
+    // A pull source fetches its events: nothing may be posted to it.
+    let Some(source) = app
+        .sources
+        .get(&name)
+        .filter(|s| s.source.pull.is_none())
+        .cloned()
+    else {
         return Problem::not_found("source").into_response();
     };
     let received_at = Timestamp::now();

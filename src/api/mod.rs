@@ -54,6 +54,7 @@ pub fn router(app: AppState) -> Router {
     let admin = Router::new()
         .route("/sources", get(sources::list))
         .route("/sources/{name}/rejected", get(sources::rejected))
+        .route("/sources/{name}/reset", post(sources::reset))
         .route("/webhooks/{id}/replay", post(dead_letters::replay_event))
         .route("/dead-letters", get(dead_letters::list))
         .route("/dead-letters/replay", post(dead_letters::replay_bulk))

@@ -1,13 +1,18 @@
-//! The admin view of the push sources: `GET /sources` (each source with its
-//! counters) and `GET /sources/{name}/rejected` (its log of refused requests,
-//! newest first). Both are this instance's, since it started (see
-//! [`crate::sources::live`]).
+//! The admin view of the sources: `GET /sources` (each source with its counters;
+//! a pull source also with its committed cursor, state, last error and lag),
+//! `GET /sources/{name}/rejected` (its log of refused requests or items, newest
+//! first) and `POST /sources/{name}/reset` (moves a pull source's cursor). Counters,
+//! states and logs are this instance's, since it started (see
+//! [`crate::sources::live`]); cursors are read from the database.
 
 use std::sync::Arc;
 
 use axum::Json;
+use axum::body::Bytes;
 use axum::extract::{Path, State};
+use http::StatusCode;
 use serde::Serialize;
+use serde_json::Value;
 
 use crate::api::problem::Problem;
 use crate::sources::live::{RejectedRequest, SourceView, Sources};
@@ -20,10 +25,21 @@ pub struct Items<T> {
 }
 
 /// `GET /sources` (admin).
-pub async fn list(State(sources): State<Arc<Sources>>) -> Json<Items<SourceView>> {
-    Json(Items {
-        items: sources.all().iter().map(|s| s.view()).collect(),
-    })
+pub async fn list(State(sources): State<Arc<Sources>>) -> Result<Json<Items<SourceView>>, Problem> {
+    let cursors = match sources.cursors() {
+        Some(store) if sources.pull().next().is_some() => store
+            .cursors()
+            .await
+            .map_err(|e| Problem::unavailable(format!("cannot read the cursors: {e}")))?,
+        _ => Default::default(),
+    };
+    Ok(Json(Items {
+        items: sources
+            .all()
+            .iter()
+            .map(|s| s.view_with(cursors.get(&s.source.name)))
+            .collect(),
+    }))
 }
 
 /// `GET /sources/{name}/rejected` (admin): 404 for an unknown source.
@@ -37,4 +53,46 @@ pub async fn rejected(
     Ok(Json(Items {
         items: source.rejected_log(),
     }))
+}
+
+/// `POST /sources/{name}/reset` (admin) with `{"cursor": …}`: moves a pull source's
+/// committed cursor (`null`: from the beginning) and wakes its adapter, which
+/// resumes from there; a commit of items fetched from the old cursor is refused.
+/// 200 with the source's listing entry; 400 `invalid_body` without `cursor`; 404
+/// for an unknown source; 409 `not_a_pull_source` for a push source.
+pub async fn reset(
+    State(sources): State<Arc<Sources>>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Json<SourceView>, Problem> {
+    let source = sources
+        .get(&name)
+        .ok_or_else(|| Problem::not_found("source"))?;
+    let Some(status) = &source.pull else {
+        return Err(
+            Problem::new(StatusCode::CONFLICT, "not_a_pull_source").detail(format!(
+                "{name:?} is a push source (POST {}): it has no cursor",
+                source.source.path()
+            )),
+        );
+    };
+    let body: Value = serde_json::from_slice(&body)
+        .map_err(|e| Problem::invalid_body(format!("the body is not JSON: {e}")))?;
+    let cursor = body
+        .as_object()
+        .and_then(|o| o.get("cursor"))
+        .ok_or_else(|| {
+            Problem::invalid_body("expected {\"cursor\": …} (null: from the beginning)")
+        })?;
+    let cursor = (!cursor.is_null()).then(|| cursor.to_string());
+    let store = sources
+        .cursors()
+        .ok_or_else(|| Problem::unavailable("no cursor store"))?;
+    let row = store
+        .reset_cursor(&name, cursor)
+        .await
+        .map_err(|e| Problem::unavailable(format!("the cursor was not moved: {e}")))?;
+    tracing::info!(source = %name, cursor = ?row.cursor, "pull source cursor reset");
+    status.reset.notify_one();
+    Ok(Json(source.view_with(Some(&row))))
 }

@@ -30,8 +30,10 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::Source;
+use super::pull::status::{PullStatus, PullView};
 use super::verify::{Verifier, github, shopify, slack, standard_webhooks, stripe};
 use crate::model::Timestamp;
+use crate::store::pull::{CursorRow, PullStore};
 use crate::telemetry::names;
 
 /// Rejected requests kept per source (the newest).
@@ -40,10 +42,20 @@ pub const REJECTED_LOG_SIZE: usize = 1000;
 pub const BODY_PREVIEW_BYTES: usize = 1024;
 
 /// Every configured source, by name.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Sources {
     all: Vec<Arc<LiveSource>>,
     by_name: HashMap<String, Arc<LiveSource>>,
+    /// Where pull sources keep their cursors (set by the app).
+    cursors: Option<Arc<dyn PullStore>>,
+}
+
+impl std::fmt::Debug for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sources")
+            .field("all", &self.all)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Sources {
@@ -57,7 +69,27 @@ impl Sources {
             .iter()
             .map(|s| (s.source.name.clone(), s.clone()))
             .collect();
-        Self { all, by_name }
+        Self {
+            all,
+            by_name,
+            cursors: None,
+        }
+    }
+
+    /// With the store where pull sources keep their cursors.
+    pub fn with_cursors(mut self, store: Arc<dyn PullStore>) -> Self {
+        self.cursors = Some(store);
+        self
+    }
+
+    /// The store where pull sources keep their cursors, if set.
+    pub fn cursors(&self) -> Option<&Arc<dyn PullStore>> {
+        self.cursors.as_ref()
+    }
+
+    /// The pull sources.
+    pub fn pull(&self) -> impl Iterator<Item = &Arc<LiveSource>> {
+        self.all.iter().filter(|s| s.source.pull.is_some())
     }
 
     /// The source of this name.
@@ -96,6 +128,8 @@ pub struct LiveSource {
     last_accepted: AtomicI64,
     last_rejected: AtomicI64,
     log: Mutex<VecDeque<RejectedRequest>>,
+    /// A pull source's adapter status; `None` for a push source.
+    pub pull: Option<PullStatus>,
 }
 
 impl std::fmt::Debug for LiveSource {
@@ -168,8 +202,8 @@ pub struct SourceView {
     pub name: String,
     /// Its kind.
     pub kind: String,
-    /// The URL path senders post to.
-    pub path: String,
+    /// The URL path senders post to (`null` for a pull source).
+    pub path: Option<String>,
     /// Prepended to the provider's event types.
     pub event_type_prefix: String,
     /// New events accepted (202).
@@ -182,11 +216,15 @@ pub struct SourceView {
     pub last_accepted_at: Option<Timestamp>,
     /// The latest refusal.
     pub last_rejected_at: Option<Timestamp>,
+    /// A pull source's URL, cursor, state, last error and lag.
+    #[serde(flatten)]
+    pub pull: Option<PullView>,
 }
 
 impl LiveSource {
     fn new(source: Source) -> Self {
         Self {
+            pull: source.pull.as_ref().map(|_| PullStatus::new(&source.name)),
             source,
             accepted: AtomicU64::new(0),
             duplicates: AtomicU64::new(0),
@@ -249,6 +287,11 @@ impl LiveSource {
 
     /// The counters.
     pub fn view(&self) -> SourceView {
+        self.view_with(None)
+    }
+
+    /// The counters, and for a pull source its committed cursor `row`.
+    pub fn view_with(&self, row: Option<&CursorRow>) -> SourceView {
         let at = |t: &AtomicI64| match t.load(Ordering::Relaxed) {
             0 => None,
             ms => chrono::DateTime::from_timestamp_millis(ms).map(Timestamp),
@@ -256,14 +299,41 @@ impl LiveSource {
         SourceView {
             name: self.source.name.clone(),
             kind: self.source.kind.clone(),
-            path: self.source.path(),
+            path: self.source.pull.is_none().then(|| self.source.path()),
             event_type_prefix: self.source.event_type_prefix.clone(),
             accepted: self.accepted.load(Ordering::Relaxed),
             duplicates: self.duplicates.load(Ordering::Relaxed),
             rejected: self.rejected.load(Ordering::Relaxed),
             last_accepted_at: at(&self.last_accepted),
             last_rejected_at: at(&self.last_rejected),
+            pull: match (&self.pull, &self.source.pull) {
+                (Some(status), Some(spec)) => Some(status.view(spec.shown_url(), row)),
+                _ => None,
+            },
         }
+    }
+
+    /// Counts a pulled item that could not be stored and keeps it in the rejected
+    /// log (no headers: the adapter's own requests carry only its credentials).
+    pub fn refused_item(&self, code: &'static str, detail: String, item: &str) {
+        let mut preview = item.to_owned();
+        if preview.len() > BODY_PREVIEW_BYTES {
+            let mut cut = BODY_PREVIEW_BYTES;
+            while !preview.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            preview.truncate(cut);
+        }
+        self.rejected(RejectedRequest {
+            received_at: Timestamp::now(),
+            reason: Reason::Other,
+            status: 422,
+            code,
+            detail,
+            headers: Map::new(),
+            body_bytes: item.len(),
+            body: preview,
+        });
     }
 
     /// A log entry for a refused request: its headers without the secret-bearing

@@ -20,6 +20,10 @@
 //! header = "X-Webhook-Token"         # default: Authorization: Bearer <secret>
 //! ```
 //!
+//! Pull sources (`kind = "poll"` with a `[poll]` section, `kind = "websocket"` with
+//! a `[websocket]` one) are checked by [`super::pull::spec`]; they take no
+//! `secret_env`, `tolerance`, `[hmac]` or `[token]`.
+//!
 //! Every problem names the file and the field; unknown fields are errors; a
 //! `secret_env` that is unset (or blank) is an error, and so is a kind other than
 //! `none` without one.
@@ -31,6 +35,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::identify::Locator;
+use super::pull::{self, PullSpec};
 use super::verify::{self, Algorithm, Encoding, Verifier};
 use super::{Source, is_valid_name};
 use crate::config::{Secret, parse_duration};
@@ -52,6 +57,8 @@ struct Manifest {
     tolerance: Option<String>,
     hmac: Option<HmacSection>,
     token: Option<TokenSection>,
+    poll: Option<pull::spec::Section>,
+    websocket: Option<pull::spec::Section>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -174,6 +181,32 @@ fn build(
             "may only contain A-Z a-z 0-9 . _ : / - (at most 100 bytes)".into(),
         ));
     }
+    if matches!(m.kind.as_str(), "poll" | "websocket") {
+        let spec = pull_spec(&m, env)?;
+        return Ok(Source {
+            name,
+            kind: m.kind,
+            verifier: Verifier::None,
+            secrets: Vec::new(),
+            secret_env: None,
+            event_type_prefix: prefix,
+            event_type: Locator::Pointer(spec.fields.event_type.clone()),
+            delivery_id: Locator::Pointer(spec.fields.id.clone()),
+            pull: Some(std::sync::Arc::new(spec)),
+        });
+    }
+    if let Some(field) = [
+        ("poll", m.poll.is_some()),
+        ("websocket", m.websocket.is_some()),
+    ]
+    .into_iter()
+    .find_map(|(f, given)| given.then_some(f))
+    {
+        return Err((
+            field,
+            format!("kind {:?} takes no [{field}] section", m.kind),
+        ));
+    }
     if !PUSH_KINDS.contains(&m.kind.as_str()) {
         return Err(("kind", unsupported(&m.kind)));
     }
@@ -189,7 +222,55 @@ fn build(
         event_type_prefix: prefix,
         event_type,
         delivery_id,
+        pull: None,
     })
+}
+
+/// A pull source's section, checked; the push-only fields refused.
+fn pull_spec(m: &Manifest, env: &dyn Fn(&str) -> Option<String>) -> Result<PullSpec, Problem> {
+    for (field, given) in [
+        ("secret_env", m.secret_env.is_some()),
+        ("tolerance", m.tolerance.is_some()),
+        ("hmac", m.hmac.is_some()),
+        ("token", m.token.is_some()),
+    ] {
+        if given {
+            return Err((
+                field,
+                format!(
+                    "a {} source takes no {field} (credentials go in headers = {{ … = \"env:NAME\" }})",
+                    m.kind
+                ),
+            ));
+        }
+    }
+    let (own, other) = if m.kind == "poll" {
+        (&m.poll, ("websocket", m.websocket.is_some()))
+    } else {
+        (&m.websocket, ("poll", m.poll.is_some()))
+    };
+    if other.1 {
+        return Err((
+            other.0,
+            format!("kind {:?} takes no [{}] section", m.kind, other.0),
+        ));
+    }
+    let section = own.as_ref().ok_or_else(|| {
+        let field = if m.kind == "poll" {
+            "poll"
+        } else {
+            "websocket"
+        };
+        (
+            field,
+            format!("kind {:?} needs a [{field}] section", m.kind),
+        )
+    })?;
+    if m.kind == "poll" {
+        pull::spec::poll(section, env)
+    } else {
+        pull::spec::websocket(section, env)
+    }
 }
 
 /// The kinds that receive pushed webhooks.
@@ -205,15 +286,10 @@ const PUSH_KINDS: &[&str] = &[
 ];
 
 fn unsupported(kind: &str) -> String {
-    match kind {
-        "poll" | "websocket" => {
-            format!("kind {kind:?} (a pull source) is not available in this version")
-        }
-        other => format!(
-            "unknown source kind {other:?} (expected {})",
-            PUSH_KINDS.join(", ")
-        ),
-    }
+    format!(
+        "unknown source kind {kind:?} (expected {}, poll or websocket)",
+        PUSH_KINDS.join(", ")
+    )
 }
 
 fn tolerance(text: Option<&str>) -> Result<Option<Duration>, Problem> {
@@ -334,15 +410,6 @@ fn kind(
             )
         }
         "none" => (Verifier::None, body_type(), BodyHash),
-        "poll" | "websocket" => {
-            return Err((
-                "kind",
-                format!(
-                    "kind {:?} (a pull source) is not available in this version",
-                    m.kind
-                ),
-            ));
-        }
         other => {
             return Err((
                 "kind",
@@ -389,16 +456,21 @@ fn hmac(section: Option<&HmacSection>) -> Result<(Verifier, Locator, Locator), P
     Ok((Verifier::Hmac(scheme), event_type, id))
 }
 
-/// The sources as `hookbox sources check` prints them: name, kind, URL path, the
-/// variable holding the secrets (never their values), the event type prefix.
+/// The sources as `hookbox sources check` prints them: name, kind, URL path (for a
+/// pull source: the upstream URL without its query), the variables holding the
+/// secrets (never their values), the event type prefix.
 pub fn table(sources: &[Source]) -> String {
     let mut rows = vec![["NAME", "KIND", "PATH", "SECRET_ENV", "EVENT TYPES"].map(String::from)];
     for s in sources {
+        let (path, envs) = match &s.pull {
+            Some(spec) => (spec.shown_url(), spec.header_envs.join(",")),
+            None => (s.path(), s.secret_env.clone().unwrap_or_default()),
+        };
         rows.push([
             s.name.clone(),
             s.kind.clone(),
-            s.path(),
-            s.secret_env.clone().unwrap_or_else(|| "-".into()),
+            path,
+            if envs.is_empty() { "-".into() } else { envs },
             format!("{}*", s.event_type_prefix),
         ]);
     }
@@ -480,7 +552,20 @@ mod tests {
             "secret_env"
         );
         assert_eq!(field("kind = \"gitlab\"\nsecret_env = \"S\""), "kind");
-        assert_eq!(field("kind = \"poll\""), "kind");
+        assert_eq!(field("kind = \"poll\""), "poll");
+        assert_eq!(
+            field("kind = \"websocket\"\n[poll]\nurl = \"http://x\""),
+            "poll"
+        );
+        assert_eq!(
+            field("kind = \"poll\"\nsecret_env = \"S\"\n[poll]\nurl = \"http://x\""),
+            "secret_env"
+        );
+        assert_eq!(field("kind = \"none\"\n[poll]\nurl = \"http://x\""), "poll");
+        assert_eq!(
+            field("kind = \"poll\"\n[poll]\nurl = \"http://x\"\nbogus = 1"),
+            "bogus"
+        );
         assert_eq!(field("kind = \"none\"\nsecrets = \"x\""), "secrets");
         assert_eq!(field("kind = \"hmac\"\nsecret_env = \"S\""), "hmac");
         assert_eq!(

@@ -7,6 +7,9 @@
 //! the body parsed and [identified](identify): the provider's event type (prefixed)
 //! and delivery id, whose `{name}:{id}` is the event's idempotency key.
 //!
+//! A pull source (`poll`, `websocket`: [`pull`]) fetches its events instead, and
+//! keeps a cursor committed beside them.
+//!
 //! ```
 //! use hookbox::sources::manifest::load_str;
 //!
@@ -20,13 +23,15 @@
 pub mod identify;
 pub mod live;
 pub mod manifest;
+pub mod pull;
 pub mod verify;
 
 use crate::config::Secret;
 use identify::Locator;
 use verify::Verifier;
 
-/// One configured push source.
+/// One configured source: a push source (`POST /ingest/{name}`), or a pull source
+/// when [`Source::pull`] is set.
 #[derive(Clone)]
 pub struct Source {
     /// Unique, `[A-Za-z0-9._-]`; the last segment of its URL.
@@ -45,6 +50,9 @@ pub struct Source {
     pub event_type: Locator,
     /// Where the provider's delivery id is.
     pub delivery_id: Locator,
+    /// A pull source's settings (kinds `poll`, `websocket`); `None` for a push
+    /// source.
+    pub pull: Option<std::sync::Arc<pull::PullSpec>>,
 }
 
 impl std::fmt::Debug for Source {

@@ -12,6 +12,7 @@
 mod contract;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod pull;
 mod rows;
 pub mod sqlite;
 

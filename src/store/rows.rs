@@ -21,7 +21,8 @@ pub(super) const SUMMARY_COLUMNS: &str =
 /// Columns read for an [`EventView`].
 pub(super) const EVENT_COLUMNS: &str = "id, idempotency_key, event_type, status, created_at, \
      payload_sha256, received_count, attempts, last_error, updated_at, source, \
-     COALESCE(last_received_at, created_at) AS last_received_at";
+     COALESCE(last_received_at, created_at) AS last_received_at, source_sequence, \
+     source_emitted_at";
 
 /// One column of a row, by kind, as the backend stores that kind.
 pub(super) trait RowExt {
@@ -33,6 +34,8 @@ pub(super) trait RowExt {
     fn int(&self, col: &str) -> Result<i64, StoreError>;
     /// A nullable INTEGER column.
     fn opt_int(&self, col: &str) -> Result<Option<i64>, StoreError>;
+    /// A nullable 64-bit INTEGER column (`bigint` on PostgreSQL).
+    fn opt_big(&self, col: &str) -> Result<Option<i64>, StoreError>;
     /// A boolean column.
     fn flag(&self, col: &str) -> Result<bool, StoreError>;
     /// A uuid column.
@@ -99,6 +102,8 @@ pub(super) fn event_view(row: &impl RowExt) -> Result<EventView, StoreError> {
         source: opt_owned(row, "source")?,
         received_count: s.received_count,
         last_received_at: row.timestamp("last_received_at")?,
+        source_sequence: row.opt_big("source_sequence")?,
+        source_emitted_at: row.opt_timestamp("source_emitted_at")?,
         deliveries: Vec::new(),
         payload_sha256: s.payload_sha256,
     })

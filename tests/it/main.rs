@@ -18,6 +18,7 @@ mod layers;
 mod library;
 mod memory;
 mod processing;
+mod pull;
 mod receiver;
 mod security;
 mod sources;

@@ -14,6 +14,7 @@ const EXAMPLE_SECRETS: &[(&str, &str)] = &[
     ),
     ("ACME_WEBHOOK_SECRET", "acme-secret-value"),
     ("LEGACY_WEBHOOK_TOKEN", "legacy-token-value"),
+    ("LEDGER_API_AUTH", "Bearer ledger-token-value"),
 ];
 
 fn check(dir: &std::path::Path, env: &[(&str, &str)]) -> (Option<i32>, String) {
@@ -49,7 +50,7 @@ fn check_lists_every_shipped_example_without_its_secrets() {
             "{name}: {out}"
         );
     }
-    assert!(out.contains("8 source(s)"), "{out}");
+    assert!(out.contains("10 source(s)"), "{out}");
     for (_, secret) in EXAMPLE_SECRETS {
         assert!(!out.contains(secret), "a secret was printed: {out}");
     }

@@ -26,6 +26,9 @@ pub(crate) enum Command {
     Deliver(DeliverArgs),
     /// Post N events and stop: a backlog for an instance without workers to hold.
     Fill(FillArgs),
+    /// Be a WebSocket upstream for a hookbox pull source: send N messages as fast
+    /// as possible, and wait until hookbox has committed all of them.
+    Websocket(WebsocketArgs),
 }
 
 /// Options shared by both modes.
@@ -115,4 +118,27 @@ pub(crate) struct FillArgs {
     /// Give up (exit 1) when posting takes longer than this.
     #[arg(long, default_value = "30m", value_parser = humantime::parse_duration)]
     pub(crate) timeout: Duration,
+}
+
+/// Options of `websocket`.
+#[derive(Args, Debug)]
+pub(crate) struct WebsocketArgs {
+    /// Base URL of hookbox (plain http), for `GET /sources`.
+    #[arg(long, default_value = "http://127.0.0.1:8000")]
+    pub(crate) url: String,
+    /// Where the WebSocket upstream listens (hookbox's source `url` must point here).
+    #[arg(long, default_value = crate::websocket::DEFAULT_LISTEN, value_parser = crate::websocket::parse_listen)]
+    pub(crate) listen: std::net::SocketAddr,
+    /// The name of hookbox's `kind = "websocket"` source.
+    #[arg(long, default_value = "bench-ws")]
+    pub(crate) source: String,
+    /// Messages to send.
+    #[arg(long, default_value_t = 50_000)]
+    pub(crate) messages: u64,
+    /// Give up (exit 1) when subscribing and committing take longer than this.
+    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
+    pub(crate) timeout: Duration,
+    /// Bearer token for `GET /sources`, when hookbox has `ADMIN_TOKEN` set.
+    #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
+    pub(crate) admin_token: Option<String>,
 }

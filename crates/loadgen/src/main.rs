@@ -3,7 +3,7 @@
 //! Run with: cargo run --release -p loadgen -- ingest --url http://127.0.0.1:8000 --duration 10s --connections 64
 //! (`scripts/bench.sh` builds it, starts hookbox and runs it).
 //!
-//! Four modes:
+//! Five modes:
 //!
 //! - `ingest` posts webhooks for a fixed time and reports throughput, latency
 //!   percentiles and non-2xx statuses. Every connection is one task with its own
@@ -31,6 +31,12 @@
 //! accepted request creates a new event. The progress line goes to stderr, the
 //! results table to stdout.
 //!
+//! - `websocket` measures a pull source: it is a WebSocket upstream on
+//!   `--listen` (default 127.0.0.1:9100) that, once hookbox's `kind = "websocket"`
+//!   source subscribes, sends `--messages` (50,000) small messages as fast as it
+//!   can, then polls `GET /sources` until the source's committed cursor is the last
+//!   message's, and reports committed messages per second ([`websocket`]).
+//!
 //! Examples:
 //!
 //! ```text
@@ -38,6 +44,7 @@
 //! cargo run --release -p loadgen -- e2e --events 50000 --timeout 5m
 //! ALLOWED_TARGETS=127.0.0.0/8 cargo run --release   # then, elsewhere:
 //! cargo run --release -p loadgen -- deliver --events 20000
+//! cargo run --release -p loadgen -- websocket --messages 50000   # see websocket.rs
 //! ```
 //!
 //! The modules follow the tool's parts: [`cli`] (arguments), [`conn`] (target and
@@ -59,6 +66,7 @@ mod progress;
 mod receiver;
 mod report;
 mod sources;
+mod websocket;
 
 use std::error::Error;
 use std::process::ExitCode;
@@ -78,6 +86,7 @@ async fn main() -> ExitCode {
         Command::E2e(args) => e2e::run_e2e(args).await,
         Command::Deliver(args) => deliver::run_deliver(args).await,
         Command::Fill(args) => fill::run_fill(args).await,
+        Command::Websocket(args) => websocket::run_websocket(args).await,
     };
     match outcome {
         Ok(code) => code,

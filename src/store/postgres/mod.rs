@@ -15,6 +15,7 @@
 mod claim;
 mod finisher;
 mod listen;
+mod pull;
 mod rows;
 #[cfg(test)]
 pub(super) mod tests;
@@ -136,7 +137,7 @@ const PURGE: &str = "DELETE FROM events WHERE id = ANY (ARRAY(SELECT id FROM eve
 /// payload (a retry, answered 200), the same statement counts the receipt on that
 /// event instead (`received_count + 1`, `last_received_at`); it answers the row
 /// inserted or counted — none when the key is taken by another type or payload.
-const INSERT_EVENT: &str = "\
+pub(super) const INSERT_EVENT: &str = "\
 WITH e AS (
     INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256, status,
                         created_at, updated_at, source)

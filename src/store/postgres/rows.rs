@@ -38,6 +38,10 @@ impl RowExt for PgRow {
         Ok(self.try_get::<Option<i32>, _>(col)?.map(i64::from))
     }
 
+    fn opt_big(&self, col: &str) -> Result<Option<i64>, StoreError> {
+        Ok(self.try_get::<Option<i64>, _>(col)?)
+    }
+
     fn flag(&self, col: &str) -> Result<bool, StoreError> {
         Ok(self.try_get(col)?)
     }

@@ -13,6 +13,7 @@
 //! process ends, however it ends.
 
 mod due;
+mod pull;
 mod rows;
 mod writer;
 

@@ -30,6 +30,10 @@ impl RowExt for SqliteRow {
         Ok(self.try_get(col)?)
     }
 
+    fn opt_big(&self, col: &str) -> Result<Option<i64>, StoreError> {
+        Ok(self.try_get(col)?)
+    }
+
     fn flag(&self, col: &str) -> Result<bool, StoreError> {
         Ok(self.try_get(col)?)
     }

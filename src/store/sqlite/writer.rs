@@ -22,7 +22,7 @@ use crate::store::{EventSummary, Inserted, PendingDelivery, ReplayFilter, StoreE
 /// Most operations committed in one transaction.
 const MAX_BATCH: usize = 1024;
 /// Rows per multi-row INSERT (SQLite allows 32,766 bound values per statement).
-const ROWS_PER_STATEMENT: usize = 256;
+pub(super) const ROWS_PER_STATEMENT: usize = 256;
 
 /// A write request and where to send its result.
 pub(super) enum Write {
@@ -361,7 +361,7 @@ fn settle(script: &mut QueryBuilder<Sqlite>, events: &[Uuid]) {
     script.push(");");
 }
 
-fn summary_of(e: &NewEvent) -> EventSummary {
+pub(super) fn summary_of(e: &NewEvent) -> EventSummary {
     EventSummary {
         id: e.id,
         idempotency_key: e.idempotency_key.clone(),
@@ -379,7 +379,7 @@ fn summary_of(e: &NewEvent) -> EventSummary {
 /// arrival; one multi-row UPDATE. An event of another type or payload (a 422)
 /// counts nothing. `existing` (the events holding the taken keys) gets the new
 /// counts.
-async fn count_receipts(
+pub(super) async fn count_receipts(
     conn: &mut SqliteConnection,
     events: &[&NewEvent],
     existing: &mut HashMap<String, EventSummary>,
@@ -429,7 +429,7 @@ async fn count_receipts(
 }
 
 /// One multi-row INSERT that skips taken keys, then a row with how many it inserted.
-fn insert_events(script: &mut QueryBuilder<Sqlite>, events: &[&NewEvent]) {
+pub(super) fn insert_events(script: &mut QueryBuilder<Sqlite>, events: &[&NewEvent]) {
     script.push(
         "INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256, \
          status, created_at, updated_at, source) ",
@@ -458,7 +458,10 @@ fn insert_events(script: &mut QueryBuilder<Sqlite>, events: &[&NewEvent]) {
 
 /// The deliveries of the events that were inserted (an event whose key was taken
 /// was not, and its fresh id is in no row, so its deliveries are skipped).
-fn insert_deliveries(script: &mut QueryBuilder<Sqlite>, rows: &[(&NewEvent, &NewDelivery)]) {
+pub(super) fn insert_deliveries(
+    script: &mut QueryBuilder<Sqlite>,
+    rows: &[(&NewEvent, &NewDelivery)],
+) {
     script.push(
         "INSERT INTO deliveries (id, event_id, handler, ordering_value, created_at, updated_at) \
          SELECT v.* FROM (",
@@ -475,7 +478,7 @@ fn insert_deliveries(script: &mut QueryBuilder<Sqlite>, rows: &[(&NewEvent, &New
     script.push(") AS v WHERE EXISTS (SELECT 1 FROM events e WHERE e.id = v.column2);");
 }
 
-async fn find_keys(
+pub(super) async fn find_keys(
     conn: &mut SqliteConnection,
     keys: &[&str],
 ) -> Result<HashMap<String, EventSummary>, StoreError> {

@@ -1,0 +1,330 @@
+//! One pull source's adapter: take the lease, load the cursor, run the transport,
+//! and commit what it fetched — the part that poll and WebSocket share.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+use uuid::Uuid;
+
+use super::backoff::Backoff;
+use super::item::{self, Item, Refused};
+use super::spec::{PullSpec, Transport};
+use super::status::{PullStatus, State};
+use crate::inbox::Inbox;
+use crate::layers::backpressure::LoadSignal;
+use crate::model::{NewEvent, Timestamp, hex};
+use crate::registry::live::LiveRegistry;
+use crate::sources::live::LiveSource;
+use crate::store::pull::{PullBatch, PullStore, PulledEvent, SourceLease};
+use crate::store::{Inserted, StoreError};
+
+/// How often a standby instance tries to take a source over.
+pub(super) const LEASE_RETRY: Duration = Duration::from_secs(1);
+/// How often a paused adapter looks for room in the queue.
+const ROOM_CHECK: Duration = Duration::from_millis(20);
+
+/// One source's adapter and what it works with.
+pub(super) struct Adapter {
+    pub(super) live: Arc<LiveSource>,
+    pub(super) spec: Arc<PullSpec>,
+    pub(super) inbox: Inbox,
+    pub(super) registry: Arc<LiveRegistry>,
+    pub(super) load: Arc<dyn LoadSignal>,
+    pub(super) store: Arc<dyn PullStore>,
+    pub(super) client: reqwest::Client,
+    pub(super) stop: CancellationToken,
+}
+
+/// The lease and the committed position the adapter works from.
+pub(super) struct Session {
+    lease: Box<dyn SourceLease>,
+    /// The JSON text of the committed cursor.
+    pub(super) cursor: Option<String>,
+    version: i64,
+}
+
+impl Session {
+    /// Reads the committed cursor again (after a reset).
+    pub(super) async fn reload(&mut self) -> Result<(), StoreError> {
+        let row = self.lease.cursor().await?;
+        self.cursor = row.cursor;
+        self.version = row.version;
+        Ok(())
+    }
+
+    /// True when the lease is gone (PostgreSQL: its connection ended).
+    pub(super) async fn lease_lost(&mut self) -> bool {
+        self.lease.check().await.is_err()
+    }
+}
+
+/// Why a transport returned.
+pub(super) enum End {
+    /// Shutdown.
+    Stopped,
+    /// The lease or the store failed: take the lease again.
+    Lost(String),
+}
+
+/// What a commit did.
+pub(super) enum Committed {
+    /// Stored; the cursor moved to the batch's.
+    Done,
+    /// A reset moved the cursor meanwhile: nothing stored, the cursor reloaded.
+    Moved,
+}
+
+/// One fetched item: what it became, and its text (for the rejected log).
+pub(super) struct Fetched {
+    pub(super) item: Result<Item, Refused>,
+    pub(super) text: String,
+}
+
+impl Adapter {
+    /// The source's status.
+    pub(super) fn status(&self) -> &PullStatus {
+        self.live
+            .pull
+            .as_ref()
+            .expect("a pull source has a pull status")
+    }
+
+    /// The source's name.
+    pub(super) fn name(&self) -> &str {
+        &self.live.source.name
+    }
+
+    /// Reads one item's text into what it is.
+    pub(super) fn read(&self, text: String) -> Fetched {
+        let s = &self.live.source;
+        Fetched {
+            item: item::read(&self.spec.fields, &s.name, &s.event_type_prefix, &text),
+            text,
+        }
+    }
+
+    /// Runs until stopped: lease, cursor, transport; again after a lost lease.
+    pub(super) async fn run(self) {
+        let mut backoff = Backoff::default();
+        while !self.stop.is_cancelled() {
+            let lease = match self.store.lease(self.name()).await {
+                Ok(Some(lease)) => lease,
+                Ok(None) => {
+                    self.status().set_state(State::Standby);
+                    if !self.sleep(LEASE_RETRY).await {
+                        break;
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    if !self
+                        .fail(&mut backoff, &format!("cannot take the lease: {e}"), None)
+                        .await
+                    {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            let mut session = Session {
+                lease,
+                cursor: None,
+                version: 0,
+            };
+            if let Err(e) = session.reload().await {
+                if !self
+                    .fail(&mut backoff, &format!("cannot read the cursor: {e}"), None)
+                    .await
+                {
+                    break;
+                }
+                continue;
+            }
+            info!(source = %self.name(), cursor = ?session.cursor, "pull source running on this instance");
+            self.status().set_state(State::Running);
+            let end = match &self.spec.transport {
+                Transport::Poll { .. } => super::poll::run(&self, &mut session, &mut backoff).await,
+                Transport::WebSocket { .. } => {
+                    super::websocket::run(&self, &mut session, &mut backoff).await
+                }
+            };
+            match end {
+                End::Stopped => break,
+                End::Lost(error) => {
+                    drop(session);
+                    if !self.fail(&mut backoff, &error, None).await {
+                        break;
+                    }
+                }
+            }
+        }
+        self.status().set_state(State::Stopped);
+    }
+
+    /// Records a failure and waits out its backoff; false when stopped meanwhile.
+    pub(super) async fn fail(
+        &self,
+        backoff: &mut Backoff,
+        error: &str,
+        retry_after: Option<Duration>,
+    ) -> bool {
+        let wait = backoff.next(retry_after);
+        warn!(source = %self.name(), error, ?wait, "pull source failed; backing off");
+        self.status().failed(error);
+        self.sleep(wait).await
+    }
+
+    /// Waits `d`; false when stopped meanwhile.
+    pub(super) async fn sleep(&self, d: Duration) -> bool {
+        tokio::select! {
+            () = self.stop.cancelled() => false,
+            () = tokio::time::sleep(d) => true,
+        }
+    }
+
+    /// True (and the reset consumed) when `POST /sources/{name}/reset` asked for
+    /// one since the last look.
+    pub(super) fn reset_asked(&self) -> bool {
+        self.status().reset.notified().now_or_never().is_some()
+    }
+
+    /// Waits while the queue is full (state `paused`); false when stopped.
+    pub(super) async fn wait_for_room(&self) -> bool {
+        if self.load.overloaded().is_none() {
+            return true;
+        }
+        let before = self.status().state();
+        self.status().set_state(State::Paused);
+        while self.load.overloaded().is_some() {
+            if !self.sleep(ROOM_CHECK).await {
+                return false;
+            }
+        }
+        self.status().set_state(if before == State::Paused {
+            State::Running
+        } else {
+            before
+        });
+        true
+    }
+
+    /// Commits fetched items and the cursor after them (the last cursor value among
+    /// them, bad items included: the cursor moves past those) in one transaction,
+    /// then counts each item: accepted, duplicate or rejected.
+    pub(super) async fn commit(
+        &self,
+        session: &mut Session,
+        fetched: Vec<Fetched>,
+    ) -> Result<Committed, StoreError> {
+        let cursor = fetched
+            .iter()
+            .rev()
+            .find_map(|f| match &f.item {
+                Ok(item) => item.cursor.clone(),
+                Err(refused) => refused.cursor.clone(),
+            })
+            .or_else(|| session.cursor.clone());
+        let mut events = Vec::with_capacity(fetched.len());
+        let mut refused = Vec::new();
+        let mut last_emitted = None;
+        let registry = self.registry.current();
+        let created_at = Timestamp::now();
+        for f in fetched {
+            match f.item {
+                Ok(item) => {
+                    let deliveries = registry.deliveries(&item.event_type, &item.payload);
+                    if let Some(d) = deliveries.iter().find(|d| {
+                        d.ordering_value
+                            .as_deref()
+                            .is_some_and(|v| v.contains('\0'))
+                    }) {
+                        let detail = format!(
+                            "the ordering value for handler {:?} contains NUL",
+                            d.handler
+                        );
+                        refused.push(("invalid_ordering_value", detail, f.text));
+                        continue;
+                    }
+                    last_emitted = item.emitted_at.or(last_emitted);
+                    let payload_sha256 = hex(&Sha256::digest(item.payload.as_bytes()));
+                    events.push((
+                        PulledEvent {
+                            event: NewEvent {
+                                id: Uuid::now_v7(),
+                                idempotency_key: item.key,
+                                event_type: item.event_type,
+                                payload: item.payload,
+                                payload_sha256,
+                                created_at,
+                                source: Some(self.name().to_owned()),
+                                deliveries,
+                            },
+                            sequence: item.sequence,
+                            emitted_at: item.emitted_at,
+                        },
+                        f.text,
+                    ));
+                }
+                Err(r) => refused.push((r.code, r.detail, f.text)),
+            }
+        }
+        let (events, texts): (Vec<PulledEvent>, Vec<String>) = events.into_iter().unzip();
+        let asked: Vec<(String, String)> = events
+            .iter()
+            .map(|p| (p.event.event_type.clone(), p.event.payload_sha256.clone()))
+            .collect();
+        let batch = PullBatch {
+            source: self.name().to_owned(),
+            events,
+            cursor: cursor.clone(),
+            version: session.version,
+        };
+        let lease = &mut session.lease;
+        let results = self
+            .inbox
+            .accept_pulled(batch, |batch| lease.commit(batch))
+            .await?;
+        let Some(results) = results else {
+            info!(source = %self.name(), "the cursor was reset meanwhile; reloading it");
+            session.reload().await?;
+            return Ok(Committed::Moved);
+        };
+        session.cursor = cursor;
+        session.version += 1;
+        self.count(&results, &asked, texts, refused);
+        self.status().committed(last_emitted);
+        Ok(Committed::Done)
+    }
+
+    /// Counts a committed batch's items in the source's counters and metrics.
+    fn count(
+        &self,
+        results: &[Inserted],
+        asked: &[(String, String)],
+        texts: Vec<String>,
+        refused: Vec<(&'static str, String, String)>,
+    ) {
+        for ((result, (event_type, sha)), text) in results.iter().zip(asked).zip(texts) {
+            if result.created {
+                self.live.accepted();
+            } else if result.event.event_type == *event_type && result.event.payload_sha256 == *sha
+            {
+                self.live.duplicate();
+            } else {
+                let detail = format!(
+                    "the id {:?} was stored before with another body",
+                    result.event.idempotency_key
+                );
+                self.live
+                    .refused_item("idempotency_key_reused", detail, &text);
+            }
+        }
+        for (code, detail, text) in refused {
+            self.live.refused_item(code, detail, &text);
+        }
+    }
+}
