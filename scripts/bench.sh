@@ -13,6 +13,7 @@
 #   BENCH_BIN_DIR=/tmp/before scripts/bench.sh e2e --events 50000   # no build: A/B runs
 #   scripts/bench.sh storm --duration 10s --connections 64   # retry storm: 1,000 known
 #                                                     # keys vs new keys, one run
+#   scripts/bench.sh recovery --pending 1000000         # memory and time to ready
 #
 # Arguments go to target/release/loadgen (the workspace crate crates/loadgen; see
 # `loadgen --help`); the
@@ -25,7 +26,13 @@
 # one instance (so both figures come from one run; the machine may be noisy),
 # passing the other arguments to each. `storm` seeds 1,000 keys (`--keys`), posts
 # new keys for `--duration`, then re-posts the known keys for `--duration` and
-# prints both rates and their ratio. In `deliver` mode hookbox also gets
+# prints both rates and their ratio. `recovery --pending N` starts hookbox with
+# WORKER_COUNT=0 (and QUEUE_MAXSIZE=2N unless set), fills N pending events with
+# `loadgen fill` (routed to a no-op handler, so each leaves a delivery), reads the
+# RSS (VmRSS, and the peak VmHWM) from /proc, kills hookbox with SIGKILL, starts
+# it again on the same database and reports the time until GET /ready answers
+# 200 and the RSS then and 5 s later; the other arguments go to `loadgen fill`.
+# In `deliver` mode hookbox also gets
 # ALLOWED_TARGETS=127.0.0.0/8 (unless set), so that the subscribers loadgen registers
 # may reach its built-in receiver on 127.0.0.1. Every other hookbox setting
 # passes through from the environment (note that DATABASE_URL, if set, wins over
@@ -67,7 +74,7 @@ mkdir "$workdir/handlers"
 # A no-op handler for the end-to-end mode (loadgen e2e posts `bench.e2e` events);
 # `ingest` posts `bench.ingest`, which no handler routes.
 cat >"$workdir/handlers/noop.toml" <<'TOML'
-event_types = ["bench.e2e"]
+event_types = ["bench.e2e", "bench.recovery"]
 kind = "log"
 TOML
 # A GitHub source for `ingest --source github` (loadgen signs with this secret).
@@ -113,34 +120,59 @@ fi
 if [[ "$1" == deliver ]]; then
     export ALLOWED_TARGETS="${ALLOWED_TARGETS:-127.0.0.0/8}"
 fi
+# `recovery`: --pending N becomes loadgen fill's --events N; nothing drains them.
+pending=""
+if [[ "$1" == recovery ]]; then
+    shift
+    rest=()
+    while [[ $# -gt 0 ]]; do
+        case "$1" in
+            --pending) pending="$2"; shift 2 ;;
+            --pending=*) pending="${1#--pending=}"; shift ;;
+            *) rest+=("$1"); shift ;;
+        esac
+    done
+    pending="${pending:-100000}"
+    set -- fill --events "$pending" "${rest[@]}"
+    export WORKER_COUNT=0
+    export QUEUE_MAXSIZE="${QUEUE_MAXSIZE:-$((pending * 2))}"
+fi
+
+start_hookbox() {
+    DB_PATH="$workdir/events.db" \
+        BIND_ADDR="127.0.0.1:${port}" \
+        HANDLERS_DIR="$workdir/handlers" \
+        SOURCES_DIR="$workdir/sources" \
+        BENCH_GITHUB_SECRET=bench-github-secret \
+        LOG_LEVEL="${LOG_LEVEL:-warn}" \
+        "$bin_dir/hookbox" serve >>"$log" 2>        target/release/hookbox serve >>"$log" 2>&1 &1 &
+    hookbox_pid=$!
+}
+
+# Waits (polling every 10 ms, up to 60 s) until GET /ready answers 200.
+wait_ready() {
+    for _ in $(seq 1 6000); do
+        if ! kill -0 "$hookbox_pid" 2>/dev/null; then
+            echo "bench.sh: hookbox exited during startup" >&2
+            exit 1
+        fi
+        if curl -fsS -o /dev/null --max-time 1 "$url/ready" 2>/dev/null; then
+            return 0
+        fi
+        sleep 0.01
+    done
+    echo "bench.sh: hookbox did not become ready at $url/ready within 60s" >&2
+    exit 1
+}
+
+# `rss FIELD`: hookbox's VmRSS or VmHWM in MB.
+rss() {
+    awk -v f="$1:" '$1 == f { printf "%.0f", $2 / 1024 }' "/proc/$hookbox_pid/status"
+}
 
 echo "bench.sh: starting hookbox on $url (data in $workdir)" >&2
-DB_PATH="$workdir/events.db" \
-    BIND_ADDR="127.0.0.1:${port}" \
-    HANDLERS_DIR="$workdir/handlers" \
-    SOURCES_DIR="$workdir/sources" \
-    BENCH_GITHUB_SECRET=bench-github-secret \
-    LOG_LEVEL="${LOG_LEVEL:-warn}" \
-    "$bin_dir/hookbox" serve >"$log" 2>&1 &
-hookbox_pid=$!
-
-# Wait up to 30s for GET /ready to answer 200.
-ready=""
-for _ in $(seq 1 300); do
-    if ! kill -0 "$hookbox_pid" 2>/dev/null; then
-        echo "bench.sh: hookbox exited during startup" >&2
-        exit 1
-    fi
-    if curl -fsS -o /dev/null --max-time 1 "$url/ready" 2>/dev/null; then
-        ready=1
-        break
-    fi
-    sleep 0.1
-done
-if [[ -z "$ready" ]]; then
-    echo "bench.sh: hookbox did not become ready at $url/ready within 30s" >&2
-    exit 1
-fi
+start_hookbox
+wait_ready
 
 # Put --url right after the subcommand unless the caller gave one.
 has_url=""
@@ -160,6 +192,30 @@ if [[ "$1" == sources ]]; then
             "$bin_dir/loadgen" ingest $mode "$@"
         done
     done
+    exit 0
+fi
+
+if [[ -n "$pending" ]]; then
+    "$bin_dir/loadgen" "$@"
+    filled_rss="$(rss VmRSS)"
+    filled_peak="$(rss VmHWM)"
+    echo "bench.sh: $pending pending; RSS ${filled_rss} MB (peak ${filled_peak} MB); kill -9 and restart" >&2
+    kill -KILL "$hookbox_pid"
+    wait "$hookbox_pid" 2>/dev/null || true
+    started_ns="$(date +%s%N)"
+    start_hookbox
+    wait_ready
+    ready_ms="$(( ($(date +%s%N) - started_ns) / 1000000 ))"
+    ready_rss="$(rss VmRSS)"
+    sleep 5
+    later_rss="$(rss VmRSS)"
+    later_peak="$(rss VmHWM)"
+    depth="$(curl -fsS "$url/metrics" | awk '$1 == "hookbox_queue_depth" { print $2 }')"
+    printf '%-10s %-14s %-14s %-14s %-16s %-16s %-12s\n' \
+        pending "filled RSS" "filled peak" "ready after" "RSS at ready" "RSS 5s later" "queue depth"
+    printf '%-10s %-14s %-14s %-14s %-16s %-16s %-12s\n' \
+        "$pending" "${filled_rss} MB" "${filled_peak} MB" "${ready_ms} ms" "${ready_rss} MB" \
+        "${later_rss} MB (peak ${later_peak})" "${depth:-?}"
     exit 0
 fi
 

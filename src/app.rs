@@ -4,8 +4,8 @@
 //! 1. open the store and apply migrations;
 //! 2. read the handler manifests;
 //! 3. bind and serve HTTP — `/health` answers at once, `/ready` says 503;
-//! 4. load every unfinished delivery into the queue (recovery, unbounded) — or, on
-//!    PostgreSQL, where the database is the queue, start claiming;
+//! 4. count the pending backlog and fill the window of due work from the table
+//!    (SQLite) — or, on PostgreSQL, start claiming; the database is the queue;
 //! 5. start the workers and the periodic tasks; `/ready` turns 200.
 //!
 //! On shutdown `/ready` and intake answer 503, workers get `SHUTDOWN_GRACE` to
@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::config::Config;
-use crate::inbox::{Processing, Started, new_pair};
+use crate::inbox::{Feed, Processing, Started, new_pair};
 use crate::processing::worker::Workers;
 use crate::registry::Registry;
 use crate::registry::live::LiveRegistry;
@@ -36,7 +36,7 @@ use crate::ssrf::TargetGuard;
 use crate::state::{AdminToken, AppState, Lifecycle, MetricsExport, Shared};
 use crate::store::pull::PullStore;
 use crate::store::sqlite::SqliteStore;
-use crate::store::{ClaimStore, Store, StoreError};
+use crate::store::{ClaimStore, DueStore, Store, StoreError};
 
 /// Why the service could not start or run.
 #[derive(Debug, thiserror::Error)]
@@ -75,6 +75,8 @@ pub struct Backend {
     pub store: Arc<dyn Store>,
     /// The claim side, when several instances share the database (PostgreSQL).
     pub claims: Option<Arc<dyn ClaimStore>>,
+    /// The due-work side, when one instance serves the database (SQLite).
+    pub due: Option<Arc<dyn DueStore>>,
     /// Where pull sources keep their cursors.
     pub pull: Arc<dyn PullStore>,
 }
@@ -86,6 +88,7 @@ pub async fn open_backend(config: &Config) -> Result<Backend, AppError> {
         return Ok(Backend {
             store: store.clone(),
             claims: None,
+            due: Some(store.clone()),
             pull: store,
         });
     }
@@ -103,6 +106,7 @@ pub async fn open_backend(config: &Config) -> Result<Backend, AppError> {
         return Ok(Backend {
             store: pg.clone(),
             claims: Some(pg.clone()),
+            due: None,
             pull: pg,
         });
     }
@@ -197,12 +201,16 @@ impl App {
         live.reload_at(&subscribers, version)
             .map_err(|e| AppError::Http(e.to_string()))?;
         let registry = Arc::new(live);
-        let (inbox, processing) = new_pair(
-            &config,
-            backend.store.clone(),
-            backend.claims,
-            registry.clone(),
-        );
+        let feed = match (backend.claims, backend.due) {
+            (Some(claims), _) => Feed::Claims(claims),
+            (None, Some(due)) => Feed::Due(due),
+            (None, None) => {
+                return Err(AppError::UnsupportedDatabase(
+                    "a database that is no queue".into(),
+                ));
+            }
+        };
+        let (inbox, processing) = new_pair(&config, backend.store.clone(), feed, registry.clone());
         let state = AppState::new(Shared {
             store: backend.store,
             load: inbox.load(),
@@ -299,19 +307,13 @@ async fn run_workers(
 ) -> Result<(), AppError> {
     let store = state.store.clone();
     let (stop_claiming, stop_leases) = (CancellationToken::new(), CancellationToken::new());
-    let Started {
-        queue,
-        feed,
-        gate,
-        tasks,
-    } = processing
+    let Started { queue, feed, tasks } = processing
         .start(&state.inbox, &stop_claiming, &stop_leases)
         .await?;
     let crew = Workers {
         queue: queue.clone(),
         store: store.clone(),
         registry: state.registry.clone(),
-        gate,
         feed,
         recorders: tokio_util::task::TaskTracker::new(),
     };

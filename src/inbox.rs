@@ -1,16 +1,16 @@
 //! The one path in: commit, then hand what was committed to processing.
 //!
 //! [`Inbox`] is built once at startup by [`new_pair`], which is where the choice
-//! between the backends is made: on SQLite (one instance) committed work goes to
-//! the in-memory queue and an ordering gate keeps per-key order; on PostgreSQL
-//! (several instances) the database is the queue, committed work wakes the
-//! claimers, and the claim query keeps the order. The pair's other half,
+//! between the backends is made. The database is the queue on both: on SQLite (one
+//! instance) committed work goes to this instance's window of due work, which
+//! refills itself from the table and keeps per-key order; on PostgreSQL (several
+//! instances) committed work wakes the claimers, and the claim query keeps the
+//! order. The pair's other half,
 //! [`Processing`], is what the app starts the workers with.
 //!
 //! Every writer of new work goes through the inbox: intake and the sources
 //! ([`Inbox::accept`]), replay ([`Inbox::replay`]), the subscribers API
-//! ([`Inbox::change_subscribers`]) and startup recovery ([`Inbox::recover`]). The
-//! first three run their commit *and* the step after it (queueing the jobs,
+//! ([`Inbox::change_subscribers`]). They run their commit *and* the step after it (queueing the jobs,
 //! releasing the ordering gate, reloading the routing table) in a task of its own
 //! that the request only awaits. A client that hangs up makes the server drop the
 //! request's future, which used to cancel it between the commit and the hand-off:
@@ -19,8 +19,8 @@
 //! runs to its end.
 //!
 //! Ordered deliveries take their place in line before their commit (in the ordering
-//! gate of processing); a drop guard gives the place back when the commit does not
-//! create them, whatever ends the task.
+//! gate of the window, SQLite), so that a younger delivery of their key does not
+//! start meanwhile; a drop guard gives the place back, whatever ends the task.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -28,22 +28,23 @@ use std::time::Duration;
 
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::warn;
 use uuid::Uuid;
 
 use crate::config::Config;
 use crate::layers::backpressure::LoadSignal;
-use crate::model::{NewEvent, Timestamp};
+use crate::model::NewEvent;
 use crate::processing::claims::Claims;
 use crate::processing::dispatch::Dispatch;
 use crate::processing::job::Job;
-use crate::processing::ordering::OrderingGate;
 use crate::processing::queue::Queue;
-use crate::processing::timer::Timer;
+use crate::processing::window::Window;
 use crate::processing::worker::Feeder;
 use crate::registry::live::LiveRegistry;
 use crate::store::pull::PullBatch;
-use crate::store::{ClaimStore, Inserted, PendingDelivery, ReplayFilter, Store, StoreError};
+use crate::store::{
+    ClaimStore, DueStore, Inserted, PendingDelivery, ReplayFilter, Store, StoreError,
+};
 
 /// Why committing through the inbox failed.
 #[derive(Debug, thiserror::Error)]
@@ -68,50 +69,54 @@ pub struct Inbox(Arc<Parts>);
 struct Parts {
     store: Arc<dyn Store>,
     registry: Arc<LiveRegistry>,
-    /// Where committed work goes: the in-memory queue (SQLite) or the claimers
+    /// Where committed work goes: the window of due work (SQLite) or the claimers
     /// (PostgreSQL).
     dispatch: Arc<dyn Dispatch>,
     /// What intake's backpressure reads: the same object as `dispatch`.
     load: Arc<dyn LoadSignal>,
-    /// Strict per-key ordering on one instance (SQLite); `None` on PostgreSQL,
-    /// where the claim query enforces it.
-    gate: Option<Arc<OrderingGate>>,
+    /// The window (SQLite), whose ordering gate ordered deliveries line up in
+    /// before their commit; `None` on PostgreSQL, where the claim query orders.
+    window: Option<Arc<Window>>,
 }
 
 /// How this instance's workers get their work: the other half of [`new_pair`].
 pub(crate) enum Processing {
-    /// SQLite, one instance: the in-memory queue is the queue.
-    Local {
-        /// The queue the inbox fills and the workers take from.
-        queue: Arc<Queue<Job>>,
-        /// The ordering gate the inbox shares.
-        gate: Arc<OrderingGate>,
-    },
+    /// SQLite, one instance: a window of due work over the table.
+    Local(Arc<Window>),
     /// PostgreSQL, any number of instances: the database is the queue.
     Shared(Arc<Claims>),
 }
 
+/// How committed work is found again: the due-work queries of a database that one
+/// instance serves (SQLite), or the claims of one that several share (PostgreSQL).
+pub(crate) enum Feed {
+    /// SQLite.
+    Due(Arc<dyn DueStore>),
+    /// PostgreSQL.
+    Claims(Arc<dyn ClaimStore>),
+}
+
 /// Builds the inbox and the processing it hands work to, for the database opened:
-/// the one place that chooses between one instance on SQLite (`claims` is `None`)
-/// and several sharing PostgreSQL.
+/// the one place that chooses between one instance on SQLite and several sharing
+/// PostgreSQL.
 pub(crate) fn new_pair(
     config: &Config,
     store: Arc<dyn Store>,
-    claims: Option<Arc<dyn ClaimStore>>,
+    feed: Feed,
     registry: Arc<LiveRegistry>,
 ) -> (Inbox, Processing) {
-    let (processing, dispatch, load, gate): (_, Arc<dyn Dispatch>, Arc<dyn LoadSignal>, _) =
-        match claims {
-            None => {
-                let queue = Queue::new(config.queue_maxsize);
-                let gate = Arc::new(OrderingGate::default());
-                let processing = Processing::Local {
-                    queue: queue.clone(),
-                    gate: gate.clone(),
-                };
-                (processing, queue.clone(), queue, Some(gate))
+    let (processing, dispatch, load, window): (_, Arc<dyn Dispatch>, Arc<dyn LoadSignal>, _) =
+        match feed {
+            Feed::Due(due) => {
+                let window = Window::new(due, config.queue_maxsize);
+                (
+                    Processing::Local(window.clone()),
+                    window.clone(),
+                    window.clone(),
+                    Some(window),
+                )
             }
-            Some(claims) => {
+            Feed::Claims(claims) => {
                 let claims = Claims::new(
                     claims,
                     config.queue_maxsize,
@@ -131,7 +136,7 @@ pub(crate) fn new_pair(
         registry,
         dispatch,
         load,
-        gate,
+        window,
     }));
     (inbox, processing)
 }
@@ -143,17 +148,15 @@ pub(crate) struct Started {
     pub(crate) queue: Arc<Queue<Job>>,
     /// Who fills `queue` besides the inbox.
     pub(crate) feed: Arc<dyn Feeder>,
-    /// The ordering gate (one instance).
-    pub(crate) gate: Option<Arc<OrderingGate>>,
-    /// Background tasks (claiming, leases, following the subscribers); dropping
-    /// the set aborts them.
+    /// Background tasks (refilling the window; claiming, leases, following the
+    /// subscribers); dropping the set aborts them.
     pub(crate) tasks: JoinSet<()>,
 }
 
 impl Processing {
-    /// Recovery, then the feed: on SQLite every unfinished delivery goes into the
-    /// queue through the inbox ([`Inbox::recover`]) and the retry timer starts; on
-    /// PostgreSQL the claim query is the recovery (it also takes over deliveries
+    /// Recovery, then the feed: on SQLite the pending backlog is counted and the
+    /// window filled from the table (the rest waits there), then its refill
+    /// starts; on PostgreSQL the claim query is the recovery (it also takes over deliveries
     /// whose lease expired), so the claim loop starts, which stops when
     /// `claiming` is cancelled, and the rest (leases, backlog, following the
     /// subscribers that other instances change) when `rest` is.
@@ -164,14 +167,12 @@ impl Processing {
         rest: &CancellationToken,
     ) -> Result<Started, StoreError> {
         match self {
-            Self::Local { queue, gate } => {
-                let timer = Timer::start(queue.clone());
-                inbox.recover(&timer).await?;
+            Self::Local(window) => {
+                let tasks = window.start().await?;
                 Ok(Started {
-                    queue: queue.clone(),
-                    feed: Arc::new(timer),
-                    gate: Some(gate.clone()),
-                    tasks: JoinSet::new(),
+                    queue: window.queue(),
+                    feed: window.clone(),
+                    tasks,
                 })
             }
             Self::Shared(claims) => {
@@ -185,7 +186,6 @@ impl Processing {
                 Ok(Started {
                     queue: claims.queue(),
                     feed: Arc::new(claims.clone()),
-                    gate: None,
                     tasks,
                 })
             }
@@ -219,8 +219,9 @@ where
         .map_err(|e| InboxError::Task(e.to_string()))?
 }
 
-/// The ordered deliveries of one new event, registered with the gate; dropped
-/// without [`Place::keep`], it releases them (and queues whoever they held back).
+/// The ordered deliveries of one new event, lined up in the window's gate while
+/// they are committed; dropped without [`Place::keep`] (nothing was created), it
+/// withdraws them, and whoever they held back goes.
 struct Place {
     inbox: Inbox,
     ordered: Vec<(String, String, Uuid)>,
@@ -244,23 +245,22 @@ impl Place {
         }
     }
 
-    /// The deliveries were committed: their places are theirs now.
+    /// The deliveries were committed: the table keeps their place now.
     fn keep(mut self) {
-        self.ordered.clear();
+        if let Some(window) = &self.inbox.0.window {
+            for (handler, value, delivery) in self.ordered.drain(..) {
+                window.committed(&handler, &value, delivery);
+            }
+        }
     }
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
-        let released: Vec<Job> = self
-            .ordered
-            .drain(..)
-            .filter_map(|(handler, value, delivery)| {
-                self.inbox.step_out(&handler, &value, delivery)
-            })
-            .collect();
-        if !released.is_empty() {
-            self.inbox.0.dispatch.submit(released);
+        if let Some(window) = &self.inbox.0.window {
+            for (handler, value, delivery) in self.ordered.drain(..) {
+                window.withdrawn(&handler, &value, delivery);
+            }
         }
     }
 }
@@ -293,20 +293,14 @@ impl Inbox {
         self.0.dispatch.capacity()
     }
 
-    /// Takes an ordered delivery's place in line (one instance, SQLite); false
-    /// where there is no line to take (PostgreSQL: the claim query orders).
+    /// Lines an ordered delivery up while it is committed (one instance, SQLite);
+    /// false where there is no line (PostgreSQL: the claim query orders).
     fn line_up(&self, handler: &str, value: &str, delivery: Uuid) -> bool {
-        let Some(gate) = &self.0.gate else {
+        let Some(window) = &self.0.window else {
             return false;
         };
-        gate.register(handler, value, delivery);
+        window.line_up(handler, value, delivery);
         true
-    }
-
-    /// Gives back a place taken by [`Inbox::line_up`] for a delivery that was not
-    /// created; returns the job it held back, if any.
-    fn step_out(&self, handler: &str, value: &str, delivery: Uuid) -> Option<Job> {
-        self.0.gate.as_ref()?.finished(handler, value, delivery)
     }
 
     /// Commits a new event with its deliveries and hands its jobs to processing, or
@@ -421,16 +415,11 @@ impl Inbox {
     }
 
     /// Resets the failed deliveries `filter` selects to `pending` and queues them
-    /// (ordered ones take their place in line first); returns them.
+    /// (an ordered one runs in its turn); returns them.
     pub async fn replay(&self, filter: ReplayFilter) -> Result<Vec<PendingDelivery>, InboxError> {
         let inbox = self.clone();
         detached(async move {
             let replayed = inbox.0.store.replay(filter).await?;
-            for d in &replayed {
-                if let Some(value) = &d.ordering_value {
-                    inbox.line_up(&d.handler, value, d.delivery);
-                }
-            }
             if !replayed.is_empty() {
                 inbox.0.dispatch.submit(
                     replayed
@@ -442,34 +431,6 @@ impl Inbox {
             Ok(replayed)
         })
         .await
-    }
-
-    /// Pushes every unfinished delivery and unsettled event (docs/states.md,
-    /// "Recovery after a crash or restart") to processing, whatever the queue's
-    /// bound; retries that are not due yet wait in `later` (the retry timer).
-    pub(crate) async fn recover(&self, later: &dyn Feeder) -> Result<(), StoreError> {
-        let left = self.0.store.unfinished().await?;
-        let (deliveries, unsettled) = (left.deliveries.len(), left.unsettled.len());
-        let now = Timestamp::now();
-        let mut due = Vec::with_capacity(deliveries + unsettled);
-        for d in left.deliveries {
-            if let Some(value) = &d.ordering_value {
-                self.line_up(&d.handler, value, d.delivery);
-            }
-            let job = Job::deliver(d.delivery, d.event);
-            match d.retry_after.filter(|t| *t > now) {
-                Some(at) => {
-                    later.hold_until(job, at);
-                }
-                None => due.push(job),
-            }
-        }
-        due.extend(left.unsettled.into_iter().map(Job::Settle));
-        self.0.dispatch.submit(due);
-        if deliveries + unsettled > 0 {
-            info!(deliveries, unsettled, "recovered unfinished work");
-        }
-        Ok(())
     }
 
     /// Runs `write` (a change to the stored subscribers) and then rebuilds the

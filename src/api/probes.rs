@@ -53,7 +53,7 @@ pub async fn ready(
         return not_ready("shutting down");
     }
     if !lifecycle.is_ready() {
-        return not_ready("starting: loading unfinished work");
+        return not_ready("starting: scheduling unfinished work");
     }
     // A database that is away must read "not ready" within a probe's timeout, not
     // hang it while the pool waits for a connection.

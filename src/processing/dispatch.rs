@@ -1,8 +1,9 @@
 //! Where committed work goes: the seam between intake and the two ways of
 //! processing.
 //!
-//! - SQLite (one instance): the in-memory [`Queue`] itself; intake pushes the new
-//!   event's jobs and the workers take them.
+//! - SQLite (one instance): the [`Window`](crate::processing::window::Window) of
+//!   due work; intake hands the new event's jobs to it while it has room, or leaves
+//!   them in the table for its refill.
 //! - PostgreSQL (several instances): [`Claims`](crate::processing::claims::Claims); the
 //!   database is the queue, so intake only wakes the claimers of every instance.
 //!
@@ -10,7 +11,6 @@
 //! queue and run the same attempt and record code.
 
 use crate::processing::job::Job;
-use crate::processing::queue::Queue;
 
 /// What intake (and any other writer of new work) hands committed work to.
 pub(crate) trait Dispatch: Send + Sync + 'static {
@@ -22,18 +22,4 @@ pub(crate) trait Dispatch: Send + Sync + 'static {
 
     /// The bound at which intake answers 429 (`QUEUE_MAXSIZE`).
     fn capacity(&self) -> usize;
-}
-
-impl Dispatch for Queue<Job> {
-    fn submit(&self, jobs: Vec<Job>) {
-        self.extend(jobs);
-    }
-
-    fn depth(&self) -> usize {
-        Queue::depth(self)
-    }
-
-    fn capacity(&self) -> usize {
-        Queue::capacity(self)
-    }
 }

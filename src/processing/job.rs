@@ -1,5 +1,5 @@
-//! The unit of work: what the queue, the timer, the ordering gate and the claimer
-//! hold and the worker runs.
+//! The unit of work: what the queue, the window of due work and the claimer hold
+//! and the worker runs.
 //!
 //! A leaf: it knows the model and nothing else of processing, so every part of
 //! processing can use it without depending on the worker.
@@ -18,13 +18,10 @@ pub(crate) enum Job {
         /// The delivery.
         delivery: Uuid,
         /// Its event.
-        #[expect(
-            dead_code,
-            reason = "no reader since Job left the public API; shown by Debug"
-        )]
         event: Uuid,
-        /// What intake already knows of it (spares the worker a read); `None` for
-        /// recovered and retried deliveries, which are read from the store.
+        /// What intake or the window's refill already read of it (spares the
+        /// worker a read); `None` for a delivery brought back by id, which is read
+        /// from the store as it is then.
         task: Option<Arc<DeliveryTask>>,
     },
     /// Derive an event's status from its deliveries (recovery of an event whose
@@ -71,7 +68,8 @@ impl Job {
             .collect()
     }
 
-    /// A job for a delivery claimed from a shared database (already `processing`).
+    /// A job for a delivery read whole from the database: claimed from a shared one
+    /// (already `processing`), or read into the window of due work.
     pub(crate) fn claimed(task: DeliveryTask) -> Job {
         Job::Deliver {
             delivery: task.delivery_id,

@@ -2,23 +2,25 @@
 //!
 //! - [`job`]: the unit of work, a leaf every other part uses;
 //! - [`queue`]: the bounded in-memory queue the workers take jobs from;
-//! - [`dispatch`]: where committed work goes — the queue (SQLite) or the claimers
+//! - [`dispatch`]: where committed work goes — the window (SQLite) or the claimers
 //!   (PostgreSQL);
-//! - [`timer`]: retries waiting for their time (SQLite);
+//! - [`window`]: the window of due work over the table, its refill, waiting
+//!   retries and the pending backlog (SQLite);
 //! - [`claims`]: the claim loop, leases and shared backlog (PostgreSQL);
-//! - [`ordering`]: strict per-key ordering on one instance;
+//! - [`ordering`]: ordered deliveries being committed (SQLite; the table orders
+//!   the rest);
 //! - [`worker`]: runs a job's attempt and records its outcome.
 //!
-//! Dependencies run one way, with no loop: `job` and `queue` are leaves;
-//! `ordering` and `dispatch` use them; `worker` uses `job`, `queue` and `ordering`;
-//! `timer` and `claims` implement the worker's [`Feeder`](worker::Feeder) (and
-//! `claims` is a [`Dispatch`](dispatch::Dispatch) too). The worker knows its feeder
-//! only through that trait.
+//! Dependencies run one way, with no loop: `job`, `queue` and `ordering` are
+//! leaves; `dispatch` uses them; `worker` uses `job` and `queue`; `window` and
+//! `claims` implement the worker's [`Feeder`](worker::Feeder) and are a
+//! [`Dispatch`](dispatch::Dispatch) each. The worker knows its feeder only
+//! through that trait.
 
 pub(crate) mod claims;
 pub(crate) mod dispatch;
 pub(crate) mod job;
 pub(crate) mod ordering;
 pub(crate) mod queue;
-pub(crate) mod timer;
+pub(crate) mod window;
 pub(crate) mod worker;

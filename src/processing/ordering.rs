@@ -1,87 +1,64 @@
-//! Strict per-key ordering for one instance (SQLite): a delivery with an ordering
+//! Strict per-key ordering on one instance (SQLite): a delivery with an ordering
 //! key value runs only when it is the oldest unfinished delivery of its handler and
-//! value. Younger ones are parked here and pushed back to the queue when their turn
-//! comes — when the older one completes or is dead-lettered. A failure holds back
-//! only its own key.
+//! value. The table decides (an index of the unfinished deliveries of each key,
+//! migration 0008): the window's refill skips a delivery that an older one holds
+//! back, and a worker checks again before it starts one. What the table cannot
+//! know yet is an event still being committed: intake *lines up* its ordered
+//! deliveries here before its commit and leaves the line after it, so that a
+//! younger delivery of the same key does not start meanwhile.
 //!
-//! Deliveries are registered before their commit (intake), at recovery and at
-//! replay; ids are UUID v7, so their order is creation order.
-//! (`tests::the_younger_waits_for_the_older` shows it.)
+//! A delivery held back is not kept in memory: it waits in the table, and the
+//! window brings it back when the older one's outcome is terminal
+//! ([`Window`](crate::processing::window::Window)). Ids are UUID v7, so their
+//! order is creation order. (`tests::the_younger_waits_while_the_older_commits`
+//! shows it.)
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
 use uuid::Uuid;
 
-/// The unfinished deliveries of every (handler, value) and the jobs waiting.
-pub(crate) struct OrderingGate<J = crate::processing::job::Job> {
-    keys: Mutex<HashMap<(String, String), Key<J>>>,
+/// The ordered deliveries of events being committed, by (handler, value).
+#[derive(Default)]
+pub(crate) struct OrderingGate {
+    committing: Mutex<HashMap<(String, String), BTreeSet<Uuid>>>,
 }
 
-struct Key<J> {
-    unfinished: BTreeSet<Uuid>,
-    parked: HashMap<Uuid, J>,
-}
-
-impl<J> Default for OrderingGate<J> {
-    fn default() -> Self {
-        Self {
-            keys: Mutex::new(HashMap::new()),
-        }
-    }
-}
-
-impl<J> OrderingGate<J> {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Key<J>>> {
-        self.keys.lock().unwrap_or_else(|e| e.into_inner())
+impl OrderingGate {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), BTreeSet<Uuid>>> {
+        self.committing.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Records an unfinished delivery of `handler` and `value`.
-    pub(crate) fn register(&self, handler: &str, value: &str, delivery: Uuid) {
+    /// `delivery` of `handler` and `value` is about to be committed.
+    pub(crate) fn line_up(&self, handler: &str, value: &str, delivery: Uuid) {
         self.lock()
             .entry((handler.to_owned(), value.to_owned()))
-            .or_insert_with(|| Key {
-                unfinished: BTreeSet::new(),
-                parked: HashMap::new(),
-            })
-            .unfinished
+            .or_default()
             .insert(delivery);
     }
 
-    /// True when `delivery` may run now; otherwise `job` is kept until its turn.
-    pub(crate) fn admit(&self, handler: &str, value: &str, delivery: Uuid, job: J) -> bool {
-        let mut keys = self.lock();
-        let key = keys
-            .entry((handler.to_owned(), value.to_owned()))
-            .or_insert_with(|| Key {
-                unfinished: BTreeSet::new(),
-                parked: HashMap::new(),
-            });
-        key.unfinished.insert(delivery);
-        if key.unfinished.first() == Some(&delivery) {
-            return true;
-        }
-        key.parked.insert(delivery, job);
-        false
-    }
-
-    /// `delivery` will not run again (completed, dead-lettered, or never stored):
-    /// returns the next one's job if it was waiting.
-    pub(crate) fn finished(&self, handler: &str, value: &str, delivery: Uuid) -> Option<J> {
+    /// `delivery` was committed (the table knows it now) or will never be.
+    pub(crate) fn leave(&self, handler: &str, value: &str, delivery: Uuid) {
         let mut keys = self.lock();
         let id = (handler.to_owned(), value.to_owned());
-        let key = keys.get_mut(&id)?;
-        key.unfinished.remove(&delivery);
-        key.parked.remove(&delivery);
-        let next = key.unfinished.first().copied();
-        let job = next.and_then(|n| key.parked.remove(&n));
-        if key.unfinished.is_empty() {
-            keys.remove(&id);
+        if let Some(line) = keys.get_mut(&id) {
+            line.remove(&delivery);
+            if line.is_empty() {
+                keys.remove(&id);
+            }
         }
-        job
     }
 
-    /// How many keys have unfinished deliveries.
+    /// True when an older delivery of `handler` and `value` than `delivery` is
+    /// being committed.
+    pub(crate) fn older_committing(&self, handler: &str, value: &str, delivery: Uuid) -> bool {
+        self.lock()
+            .get(&(handler.to_owned(), value.to_owned()))
+            .and_then(|line| line.first())
+            .is_some_and(|first| *first < delivery)
+    }
+
+    /// How many keys have deliveries being committed.
     #[cfg(test)]
     fn len(&self) -> usize {
         self.lock().len()
@@ -92,53 +69,41 @@ impl<J> OrderingGate<J> {
 mod tests {
     use super::*;
 
-    /// The module docs' example (a doc test while the gate was public).
     #[test]
-    fn the_younger_waits_for_the_older() {
+    fn the_younger_waits_while_the_older_commits() {
         let gate = OrderingGate::default();
         let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
-        gate.register("billing", "cust-1", a);
-        gate.register("billing", "cust-1", b);
+        gate.line_up("billing", "cust-1", a);
         assert!(
-            !gate.admit("billing", "cust-1", b, "job b"),
+            gate.older_committing("billing", "cust-1", b),
             "b waits for a"
         );
-        assert!(gate.admit("billing", "cust-1", a, "job a"));
-        assert_eq!(
-            gate.finished("billing", "cust-1", a),
-            Some("job b"),
-            "a done: b's turn"
-        );
-    }
-
-    #[test]
-    fn keys_are_independent_and_order_is_by_id() {
-        let gate = OrderingGate::<u32>::default();
-        let ids: Vec<Uuid> = (0..3).map(|_| Uuid::now_v7()).collect();
-        // Registered out of order: the order of ids decides.
-        gate.register("h", "k", ids[2]);
-        gate.register("h", "k", ids[0]);
-        gate.register("h", "k", ids[1]);
-        gate.register("h", "other", Uuid::now_v7());
-        assert!(!gate.admit("h", "k", ids[2], 2));
-        assert!(!gate.admit("h", "k", ids[1], 1));
-        assert!(gate.admit("h", "k", ids[0], 0));
-        assert_eq!(gate.finished("h", "k", ids[0]), Some(1));
+        assert!(!gate.older_committing("billing", "cust-1", a));
         assert!(
-            gate.admit("h", "k", ids[1], 1),
-            "the released one is the head now"
+            !gate.older_committing("billing", "cust-2", b),
+            "keys are apart"
         );
-        assert_eq!(gate.finished("h", "k", ids[1]), Some(2));
-        assert_eq!(gate.finished("h", "k", ids[2]), None);
-        assert_eq!(gate.len(), 1, "only the other key is left");
+        assert!(
+            !gate.older_committing("shipping", "cust-1", b),
+            "handlers too"
+        );
+        gate.leave("billing", "cust-1", a);
+        assert!(!gate.older_committing("billing", "cust-1", b));
+        assert_eq!(gate.len(), 0, "an empty line is forgotten");
     }
 
     #[test]
-    fn forgetting_the_head_releases_the_next() {
-        let gate = OrderingGate::<&str>::default();
-        let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
-        gate.register("h", "k", a);
-        assert!(!gate.admit("h", "k", b, "b"));
-        assert_eq!(gate.finished("h", "k", a), Some("b"));
+    fn order_is_by_id_not_by_arrival() {
+        let gate = OrderingGate::default();
+        let ids: Vec<Uuid> = (0..3).map(|_| Uuid::now_v7()).collect();
+        gate.line_up("h", "k", ids[2]);
+        gate.line_up("h", "k", ids[1]);
+        assert!(!gate.older_committing("h", "k", ids[0]));
+        assert!(gate.older_committing("h", "k", ids[2]));
+        gate.leave("h", "k", ids[1]);
+        assert!(!gate.older_committing("h", "k", ids[2]), "only itself left");
+        gate.leave("h", "k", ids[2]);
+        gate.leave("h", "k", ids[2]);
+        assert_eq!(gate.len(), 0);
     }
 }

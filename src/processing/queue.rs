@@ -5,8 +5,10 @@
 //! so a queue of a few slow jobs is as full as one of many waiting ones. The bound is
 //! soft: [`push`](Queue::push) always succeeds — a committed event is never dropped —
 //! and intake consults [`LoadSignal`] *before* it commits, answering 429 while the
-//! depth is at `QUEUE_MAXSIZE`. Startup recovery pushes everything unfinished,
-//! whatever the bound. (`tests::a_running_job_still_counts` shows it.)
+//! depth is at `QUEUE_MAXSIZE` (on PostgreSQL). On SQLite the queue is the window of
+//! due work ([`Window`](crate::processing::window::Window)), which learns through
+//! [`Queue::with_release`] when a job's place is given back.
+//! (`tests::a_running_job_still_counts` shows it.)
 
 use std::collections::VecDeque;
 use std::ops::Deref;
@@ -26,7 +28,12 @@ pub(crate) struct Queue<T> {
     freed: Notify,
     depth: AtomicUsize,
     capacity: usize,
+    /// Called with each job whose place is given back (its [`Lease`] dropped).
+    on_release: Option<Release<T>>,
 }
+
+/// What [`Queue::with_release`] calls when a job's place is given back.
+type Release<T> = Box<dyn Fn(&T) + Send + Sync>;
 
 struct Jobs<T> {
     items: VecDeque<T>,
@@ -36,7 +43,20 @@ struct Jobs<T> {
 impl<T> Queue<T> {
     /// A queue that reports overload at `capacity` jobs.
     pub(crate) fn new(capacity: usize) -> Arc<Self> {
-        Arc::new(Self {
+        Arc::new(Self::unshared(capacity, None))
+    }
+
+    /// A queue that calls `release` with each job whose place is given back (after
+    /// its outcome was recorded, or when the worker let it go).
+    pub(crate) fn with_release(
+        capacity: usize,
+        release: impl Fn(&T) + Send + Sync + 'static,
+    ) -> Arc<Self> {
+        Arc::new(Self::unshared(capacity, Some(Box::new(release))))
+    }
+
+    fn unshared(capacity: usize, on_release: Option<Release<T>>) -> Self {
+        Self {
             jobs: Mutex::new(Jobs {
                 items: VecDeque::new(),
                 closed: false,
@@ -45,7 +65,8 @@ impl<T> Queue<T> {
             freed: Notify::new(),
             depth: AtomicUsize::new(0),
             capacity,
-        })
+            on_release,
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Jobs<T>> {
@@ -53,6 +74,7 @@ impl<T> Queue<T> {
     }
 
     /// Appends a job, whatever the depth.
+    #[cfg(test)]
     pub(crate) fn push(&self, job: T) {
         self.depth.fetch_add(1, Ordering::Relaxed);
         self.lock().items.push_back(job);
@@ -109,11 +131,6 @@ impl<T> Queue<T> {
         self.depth.load(Ordering::Relaxed)
     }
 
-    /// The bound at which intake is refused.
-    pub(crate) fn capacity(&self) -> usize {
-        self.capacity
-    }
-
     /// Waits until at most `n` jobs are queued or running (for a single task that
     /// refills the queue, such as the PostgreSQL claimer).
     pub(crate) async fn wait_depth_at_most(&self, n: usize) {
@@ -150,6 +167,9 @@ impl<T> Deref for Lease<T> {
 impl<T> Drop for Lease<T> {
     fn drop(&mut self) {
         self.queue.depth.fetch_sub(1, Ordering::Relaxed);
+        if let Some(release) = &self.queue.on_release {
+            release(&self.job);
+        }
         self.queue.freed.notify_one();
     }
 }

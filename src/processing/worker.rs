@@ -9,13 +9,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
 use tower::ServiceExt;
 use tracing::{debug, info, warn};
 use uuid::Uuid;
 
 use crate::model::{Attempt, AttemptOutcome, DeliveryTask, Finish, Status, Timestamp};
 use crate::processing::job::Job;
-use crate::processing::ordering::OrderingGate;
 use crate::processing::queue::Queue;
 use crate::redact;
 use crate::registry::kinds::http::recording_status;
@@ -25,8 +25,8 @@ use crate::retry::{Decision, Failure, jitter};
 use crate::store::{Store, StoreError};
 use crate::telemetry::names;
 
-/// Who fills the workers' queue: the in-memory retry timer (SQLite, one instance)
-/// or a claimer that takes due deliveries from the database that several instances
+/// Who fills the workers' queue: the window of due work (SQLite, one instance) or
+/// a claimer that takes due deliveries from the database that several instances
 /// share (PostgreSQL). It decides where a delivery goes when it is not due yet,
 /// could not start, or failed and will be retried. (An outcome that cannot be
 /// written is retried in place on both, holding the job's queue place: see
@@ -53,6 +53,18 @@ pub(crate) trait Feeder: Send + Sync + 'static {
     /// `retry` is the job to run again and after how long, when it failed and will
     /// be retried.
     fn after_commit(&self, committed: bool, retry: Option<(Job, std::time::Duration)>);
+
+    /// Whether the attempt of `task` may start now (strict per-key ordering on one
+    /// instance); false lets the job go: the delivery waits in the database until
+    /// its turn. By default always (on PostgreSQL the claim query decided).
+    fn admit<'a>(&'a self, _task: &'a DeliveryTask) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async { Ok(true) })
+    }
+
+    /// An attempt's outcome was committed: `fresh` when the delivery had no
+    /// `retry_after` before it (it counted in the pending backlog), `ordering` its
+    /// handler and ordering value. By default nothing.
+    fn recorded(&self, _finish: &Finish, _fresh: bool, _ordering: Option<&(String, String)>) {}
 }
 
 /// What every worker shares.
@@ -64,9 +76,6 @@ pub(crate) struct Workers {
     pub(crate) store: Arc<dyn Store>,
     /// Handlers by name.
     pub(crate) registry: Arc<LiveRegistry>,
-    /// Strict per-key ordering on one instance (`None` on PostgreSQL, where the
-    /// claim query enforces it).
-    pub(crate) gate: Option<Arc<OrderingGate>>,
     /// Who fills `queue`.
     pub(crate) feed: Arc<dyn Feeder>,
     /// The tasks recording outcomes (shutdown waits for them).
@@ -80,6 +89,8 @@ struct Outcome {
     ordering: Option<(String, String)>,
     /// The retry to schedule once the outcome is committed.
     retry: Option<std::time::Duration>,
+    /// The delivery had no `retry_after` before this attempt.
+    fresh: bool,
 }
 
 impl Workers {
@@ -145,10 +156,8 @@ impl Workers {
                 return Ok(None);
             }
         }
-        if let (Some(gate), Some(value)) = (&self.gate, &task.ordering_value) {
-            if !gate.admit(&task.handler, value, task.delivery_id, job_of(&task)) {
-                return Ok(None); // an older delivery of this key is unfinished: parked
-            }
+        if !self.feed.admit(&task).await? {
+            return Ok(None); // an older delivery of this key is unfinished: it waits
         }
         let registry = self.registry.current();
         let Some(route) = registry.get(&task.handler) else {
@@ -251,26 +260,17 @@ impl Workers {
         Ok(run.await)
     }
 
-    /// Commits an outcome, then schedules its retry or lets the next delivery of
-    /// its ordering key go.
+    /// Commits an outcome, then tells the feeder (which schedules its retry or lets
+    /// the next delivery of its ordering key go).
     async fn record(&self, outcome: Outcome) {
         let committed = self.commit(&outcome.finish).await;
         let retry = outcome
             .retry
             .map(|after| (job_of_finish(&outcome.finish), after));
         self.feed.after_commit(committed, retry);
-        if !committed {
-            return;
-        }
-        // Only one instance has a gate (SQLite): the claim query orders claims.
-        if let (true, Some(gate), Some((handler, value))) = (
-            outcome.finish.status.is_terminal(),
-            &self.gate,
-            &outcome.ordering,
-        ) {
-            if let Some(next) = gate.finished(handler, value, outcome.finish.delivery_id) {
-                self.queue.push(next);
-            }
+        if committed {
+            self.feed
+                .recorded(&outcome.finish, outcome.fresh, outcome.ordering.as_ref());
         }
     }
 
@@ -329,6 +329,7 @@ fn outcome(
             attempt,
         },
         retry: None,
+        fresh: task.retry_after.is_none(),
         ordering: task
             .ordering_value
             .as_ref()

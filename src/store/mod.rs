@@ -387,6 +387,61 @@ pub struct Stats {
     pub oldest_pending: Option<Timestamp>,
 }
 
+/// The due-work side of a database that one instance serves (SQLite): the
+/// database is the queue, and memory holds only a bounded window of it
+/// ([`Window`](crate::processing::window::Window)). Unfinished deliveries are
+/// *fresh* (`retry_after` unset: never tried, replayed, or interrupted while
+/// `processing`) or *retries* (`retry_after` set); both are read in order through
+/// indexes on due work (migration 0008), skipping any delivery that an older
+/// unfinished one of its handler and ordering value holds back.
+#[async_trait]
+pub trait DueStore: Send + Sync + 'static {
+    /// Fresh deliveries: the pending backlog at startup.
+    async fn count_fresh(&self) -> Result<u64, StoreError>;
+
+    /// Up to `limit` fresh deliveries with ids above `after`, oldest first, stopping
+    /// early once their payloads pass `budget` bytes.
+    async fn fresh_after(
+        &self,
+        after: Uuid,
+        limit: u32,
+        budget: usize,
+    ) -> Result<Vec<DeliveryTask>, StoreError>;
+
+    /// Up to `limit` retries due at `now`, the longest due first, stopping early once
+    /// their payloads pass `budget` bytes.
+    async fn due_retries(
+        &self,
+        now: Timestamp,
+        limit: u32,
+        budget: usize,
+    ) -> Result<Vec<DeliveryTask>, StoreError>;
+
+    /// When the first retry not yet due at `now` falls due.
+    async fn next_retry(&self, now: Timestamp) -> Result<Option<Timestamp>, StoreError>;
+
+    /// The oldest unfinished delivery of `handler` and ordering `value`: its id, its
+    /// event and its `retry_after`.
+    async fn head_of_key(
+        &self,
+        handler: &str,
+        value: &str,
+    ) -> Result<Option<(Uuid, Uuid, Option<Timestamp>)>, StoreError>;
+
+    /// True when an unfinished delivery of `handler` and `value` older than
+    /// `delivery` exists.
+    async fn older_unfinished(
+        &self,
+        handler: &str,
+        value: &str,
+        delivery: Uuid,
+    ) -> Result<bool, StoreError>;
+
+    /// Unfinished events none of whose deliveries is unfinished (their status
+    /// update was lost), to settle.
+    async fn unsettled(&self) -> Result<Vec<Uuid>, StoreError>;
+}
+
 /// The claim side of a database shared by several instances (PostgreSQL): the
 /// database is the queue. Each delivery a worker runs is first *claimed*: marked
 /// `processing` with a lease (`locked_until`, `locked_by` = [`ClaimStore::owner`])

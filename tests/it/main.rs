@@ -17,6 +17,7 @@ mod instances;
 mod intake;
 mod layers;
 mod library;
+mod memory;
 mod openapi;
 mod pgrestart;
 mod processing;

@@ -24,6 +24,8 @@ pub(crate) enum Command {
     /// Register 3 subscribers on a built-in receiver, post N events, and wait
     /// until every delivery (2.5 per event) has arrived.
     Deliver(DeliverArgs),
+    /// Post N events and stop: a backlog for an instance without workers to hold.
+    Fill(FillArgs),
     /// Be a WebSocket upstream for a hookbox pull source: send N messages as fast
     /// as possible, and wait until hookbox has committed all of them.
     Websocket(WebsocketArgs),
@@ -102,6 +104,23 @@ pub(crate) struct DeliverArgs {
     /// Bearer token for the admin routes, when hookbox has `ADMIN_TOKEN` set.
     #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
     pub(crate) admin_token: Option<String>,
+}
+
+/// Options of `fill`.
+#[derive(Args, Debug)]
+pub(crate) struct FillArgs {
+    #[command(flatten)]
+    pub(crate) common: CommonArgs,
+    /// Number of events to post.
+    #[arg(long, default_value_t = 100_000)]
+    pub(crate) events: u64,
+    /// `event_type` of the posted events (route it to a handler, or the events
+    /// complete at once and leave no backlog).
+    #[arg(long, default_value = "bench.recovery")]
+    pub(crate) event_type: String,
+    /// Give up (exit 1) when posting takes longer than this.
+    #[arg(long, default_value = "30m", value_parser = humantime::parse_duration)]
+    pub(crate) timeout: Duration,
 }
 
 /// Options of `websocket`.

@@ -3,7 +3,7 @@
 //! Run with: cargo run --release -p loadgen -- ingest --url http://127.0.0.1:8000 --duration 10s --connections 64
 //! (`scripts/bench.sh` builds it, starts hookbox and runs it).
 //!
-//! Four modes:
+//! Six modes:
 //!
 //! - `ingest` posts webhooks for a fixed time and reports throughput, latency
 //!   percentiles and non-2xx statuses. Every connection is one task with its own
@@ -23,6 +23,9 @@
 //!   average), waits until the receiver has every delivery, reports deliveries per
 //!   second end to end, and deletes its subscribers. hookbox must let http handlers
 //!   reach loopback: run it with `ALLOWED_TARGETS=127.0.0.0/8`.
+//! - `fill` posts a fixed number of events (retrying 429/503 like `e2e`) and stops:
+//!   a backlog for an instance without workers (`scripts/bench.sh recovery`
+//!   measures memory and time to ready with it).
 //!
 //! - `storm` measures a retry storm: it seeds `--keys` events (default 1,000), posts
 //!   new keys for `--duration`, then re-posts the seeded keys (same body) for
@@ -52,7 +55,7 @@
 //! connections), [`post`] (the posting tasks and their tallies), [`sources`]
 //! (posting as GitHub does), [`progress`] (the live line), one module per mode
 //! ([`ingest`], [`e2e`], [`deliver`] with its [`receiver`] and [`admin`] client,
-//! [`storm`])
+//! [`storm`], [`fill`])
 //! and [`report`] (percentiles, the table, the exit code).
 
 mod admin;
@@ -60,6 +63,7 @@ mod cli;
 mod conn;
 mod deliver;
 mod e2e;
+mod fill;
 mod ingest;
 mod post;
 mod progress;
@@ -86,6 +90,7 @@ async fn main() -> ExitCode {
         Command::Ingest(args) => ingest::run_ingest(args).await,
         Command::E2e(args) => e2e::run_e2e(args).await,
         Command::Deliver(args) => deliver::run_deliver(args).await,
+        Command::Fill(args) => fill::run_fill(args).await,
         Command::Websocket(args) => websocket::run_websocket(args).await,
         Command::Storm(args) => storm::run_storm(args).await,
     };

@@ -12,6 +12,7 @@
 //! descriptor of the file would drop; the kernel releases the `flock` when the
 //! process ends, however it ends.
 
+mod due;
 mod pull;
 mod recent;
 mod rows;

@@ -1,0 +1,560 @@
+//! The window of due work (SQLite, one instance): the database is the queue, and
+//! memory holds at most [`WINDOW`] jobs of it, whatever the size of the backlog.
+//!
+//! - **Intake** hands a committed event's deliveries straight to the window while
+//!   there is room and nothing is left behind in the table; otherwise it leaves
+//!   them to the refill (which then reads them in order, oldest first).
+//! - **The refill** (one task) tops the window up once it is half empty: first
+//!   retries that are due (the index of retries by due time), then fresh work
+//!   (never tried, replayed, or interrupted while `processing`), read in id order
+//!   from a cursor. Work left in the table behind the cursor (intake that found no
+//!   room, a replay, a delivery whose turn came) moves the cursor back.
+//! - **Waiting retries** stay in the table: one timer, set to the next due time
+//!   the table or an outcome reports, wakes the refill.
+//! - **Strict per-key ordering**: the refill skips a delivery that an older
+//!   unfinished one of its handler and value holds back, and a worker checks again
+//!   before it starts one ([`OrderingGate`] covers events still being committed).
+//!   One held back is let go: when the older one's outcome is terminal, the window
+//!   brings back the key's next delivery from the table.
+//! - **Backpressure** reads the pending backlog, not the window: fresh deliveries
+//!   (counted from the table at startup, then kept by intake, replay and outcomes),
+//!   plus an event no handler matched while it holds a place in the window.
+//!   Retries waiting for their time are not counted, so one dead receiver cannot
+//!   make intake refuse everyone.
+//!
+//! Every delivery in memory is *held*, once: a job is added only when its
+//! delivery is not held already, and its id is let go when its place in the queue
+//! is given back. A read may predate an outcome committed while it ran, so the
+//! rows it returns for deliveries let go meanwhile are dropped.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tracing::{info, warn};
+use uuid::Uuid;
+
+use crate::layers::backpressure::LoadSignal;
+use crate::model::{DeliveryTask, Finish, Timestamp};
+use crate::processing::dispatch::Dispatch;
+use crate::processing::job::Job;
+use crate::processing::ordering::OrderingGate;
+use crate::processing::queue::Queue;
+use crate::processing::worker::Feeder;
+use crate::store::{DueStore, StoreError};
+
+/// Most jobs the window holds, waiting or running.
+pub(crate) const WINDOW: usize = 4096;
+
+/// The refill tops the window up once at most this many jobs are in it.
+const REFILL_AT: usize = WINDOW / 2;
+
+/// Payload bytes one read of the table brings in at most (and one row more).
+const READ_BUDGET: usize = 16 << 20;
+
+/// How long to wait before reading again after the database failed.
+const READ_RETRY: Duration = Duration::from_secs(1);
+
+/// One instance's window of due work, and the pending backlog behind it.
+pub(crate) struct Window {
+    me: Weak<Window>,
+    due: Arc<dyn DueStore>,
+    /// The window itself: the workers take jobs from it.
+    queue: Arc<Queue<Job>>,
+    state: Mutex<State>,
+    /// Wakes the refill: work was left in the table, or a retry falls due sooner.
+    wake: Notify,
+    /// Fresh deliveries, plus unrouted events in the window (see the module docs).
+    /// Signed: an outcome may be counted before its intake (a refill can read and
+    /// run a delivery between its commit and its hand-off); the sum is what counts.
+    backlog: AtomicI64,
+    /// `QUEUE_MAXSIZE`.
+    capacity: usize,
+    gate: OrderingGate,
+}
+
+/// What the window knows of the table, under one lock.
+struct State {
+    /// Deliveries in memory (waiting in the window or running).
+    held: HashSet<Uuid>,
+    /// While the refill reads: deliveries let go since it began.
+    released: Option<HashSet<Uuid>>,
+    /// Deliveries whose turn came while they were held: brought back when let go.
+    wanted: HashSet<Uuid>,
+    /// Fresh work with ids up to here is in memory, finished, or brought back by
+    /// whoever holds it back; the refill reads from here on.
+    cursor: Uuid,
+    /// The lowest point the cursor was moved back to while the refill read.
+    rewound: Option<Uuid>,
+    /// Fresh work may wait in the table past the cursor.
+    spilled: bool,
+    /// Work was left in the table since the refill's read began.
+    dirty: bool,
+    /// When the refill should next look for due retries.
+    next_retry: Option<Timestamp>,
+}
+
+impl Window {
+    /// A window over `due` that answers 429 once the pending backlog reaches
+    /// `capacity`.
+    pub(crate) fn new(due: Arc<dyn DueStore>, capacity: usize) -> Arc<Self> {
+        Arc::new_cyclic(|me: &Weak<Window>| {
+            let on_release = me.clone();
+            Self {
+                me: me.clone(),
+                due,
+                queue: Queue::with_release(WINDOW, move |job: &Job| {
+                    if let Some(window) = on_release.upgrade() {
+                        window.let_go(job);
+                    }
+                }),
+                state: Mutex::new(State {
+                    held: HashSet::new(),
+                    released: None,
+                    wanted: HashSet::new(),
+                    cursor: Uuid::nil(),
+                    rewound: None,
+                    spilled: true,
+                    dirty: false,
+                    next_retry: Some(Timestamp::now()),
+                }),
+                wake: Notify::new(),
+                backlog: AtomicI64::new(0),
+                capacity,
+                gate: OrderingGate::default(),
+            }
+        })
+    }
+
+    /// The queue the workers take jobs from.
+    pub(crate) fn queue(&self) -> Arc<Queue<Job>> {
+        self.queue.clone()
+    }
+
+    /// Counts the backlog and fills the window once (what `/ready` waits for), then
+    /// starts the refill and the settling of events whose status update was lost.
+    pub(crate) async fn start(self: &Arc<Self>) -> Result<JoinSet<()>, StoreError> {
+        let fresh = self.due.count_fresh().await?;
+        // Replaces what intake counted before (the count includes it).
+        self.backlog
+            .store(i64::try_from(fresh).unwrap_or(i64::MAX), Ordering::Relaxed);
+        self.fill().await?;
+        let loaded = self.queue.depth();
+        if fresh > 0 || loaded > 0 {
+            info!(
+                backlog = fresh,
+                loaded, "recovered unfinished work: backlog counted, window filled"
+            );
+        }
+        let mut tasks = JoinSet::new();
+        tasks.spawn(self.clone().refill());
+        tasks.spawn(self.clone().settle_lost());
+        Ok(tasks)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Free places in the window.
+    fn room(&self) -> usize {
+        WINDOW.saturating_sub(self.queue.depth())
+    }
+
+    fn add_backlog(&self, n: usize) {
+        self.backlog
+            .fetch_add(i64::try_from(n).unwrap_or(i64::MAX), Ordering::Relaxed);
+    }
+
+    fn sub_backlog(&self, n: usize) {
+        self.backlog
+            .fetch_sub(i64::try_from(n).unwrap_or(i64::MAX), Ordering::Relaxed);
+    }
+
+    /// Queues the jobs whose delivery is not held yet (and holds them).
+    fn enqueue(&self, state: &mut State, jobs: impl IntoIterator<Item = Job>) -> usize {
+        let fresh: Vec<Job> = jobs
+            .into_iter()
+            .filter(|job| match job {
+                Job::Deliver { delivery, .. } => state.held.insert(*delivery),
+                Job::Settle(_) | Job::Unrouted(_) => true,
+            })
+            .collect();
+        let n = fresh.len();
+        self.queue.extend(fresh);
+        n
+    }
+
+    /// Fresh work from `id` on is left in the table: the refill reads it.
+    fn rewind(&self, state: &mut State, id: Uuid) {
+        let before = Uuid::from_u128(id.as_u128().saturating_sub(1));
+        state.cursor = state.cursor.min(before);
+        state.rewound = Some(state.rewound.map_or(before, |r| r.min(before)));
+        state.spilled = true;
+        state.dirty = true;
+        self.wake.notify_one();
+    }
+
+    /// A retry falls due at `at`: the refill looks for it then.
+    fn retry_due_at(&self, at: Timestamp) {
+        let mut state = self.lock();
+        if state.next_retry.is_none_or(|t| at < t) {
+            state.next_retry = Some(at);
+            self.wake.notify_one();
+        }
+    }
+
+    /// Brings a delivery the window does not hold back into it (without its task:
+    /// the worker reads it as it is then), or leaves it to the refill.
+    fn bring_back(&self, state: &mut State, delivery: Uuid, event: Uuid) {
+        if state.held.contains(&delivery) {
+            return;
+        }
+        if self.room() > 0 {
+            self.enqueue(state, [Job::deliver(delivery, event)]);
+        } else {
+            // Fresh or a due retry: both reads find it.
+            self.rewind(state, delivery);
+            state.next_retry = Some(Timestamp::now());
+        }
+    }
+
+    /// A job's place was given back (its outcome recorded, or let go).
+    fn let_go(&self, job: &Job) {
+        match job {
+            Job::Deliver {
+                delivery, event, ..
+            } => {
+                let mut state = self.lock();
+                state.held.remove(delivery);
+                if let Some(released) = &mut state.released {
+                    released.insert(*delivery);
+                }
+                if state.wanted.remove(delivery) {
+                    self.bring_back(&mut state, *delivery, *event);
+                }
+            }
+            Job::Unrouted(_) => self.sub_backlog(1),
+            Job::Settle(_) => {}
+        }
+    }
+
+    /// The next delivery of `handler` and `value` may run: brings it in.
+    async fn release_key(self: Arc<Self>, handler: String, value: String) {
+        let head = loop {
+            match self.due.head_of_key(&handler, &value).await {
+                Ok(head) => break head,
+                Err(e) => {
+                    warn!(handler, error = %e, "could not read the next delivery of an ordering key; retrying");
+                    tokio::time::sleep(READ_RETRY).await;
+                }
+            }
+        };
+        let Some((delivery, event, retry_after)) = head else {
+            return;
+        };
+        if let Some(at) = retry_after.filter(|t| *t > Timestamp::now()) {
+            return self.retry_due_at(at);
+        }
+        let mut state = self.lock();
+        if state.held.contains(&delivery) {
+            // Its worker may be letting it go right now: look again when it does.
+            state.wanted.insert(delivery);
+        } else {
+            self.bring_back(&mut state, delivery, event);
+        }
+    }
+
+    /// Tops the window up once: due retries, then fresh work. True when the refill
+    /// should go on at once (more may be waiting).
+    async fn fill(&self) -> Result<bool, StoreError> {
+        let mut more = false;
+        let now = Timestamp::now();
+        let room = self.room();
+        let retries_due = {
+            let mut state = self.lock();
+            let due = state.next_retry.is_some_and(|t| t <= now);
+            if due {
+                state.next_retry = None;
+                state.released = Some(HashSet::new());
+            }
+            (due, state.held.len())
+        };
+        if let (true, held) = retries_due {
+            // Due retries already held come back too; ask for enough to fill the room.
+            let limit = clamp(room.saturating_add(held));
+            let read = self.due.due_retries(now, limit, READ_BUDGET).await;
+            let rows = match read {
+                Ok(rows) => rows,
+                Err(e) => {
+                    let mut state = self.lock();
+                    state.released = None;
+                    state.next_retry = Some(now);
+                    return Err(e);
+                }
+            };
+            let exhausted = short(&rows, limit);
+            let next = if exhausted {
+                self.due.next_retry(now).await
+            } else {
+                Ok(Some(now))
+            };
+            let mut state = self.lock();
+            self.add_read(&mut state, rows);
+            match next {
+                Ok(next) => {
+                    state.next_retry = match (state.next_retry, next) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
+                Err(e) => {
+                    state.next_retry = Some(now);
+                    return Err(e);
+                }
+            }
+            more |= !exhausted;
+        }
+        let from = {
+            let mut state = self.lock();
+            if !state.spilled || self.room() == 0 {
+                return Ok(more);
+            }
+            state.rewound = None;
+            state.dirty = false;
+            state.released = Some(HashSet::new());
+            state.cursor
+        };
+        let limit = clamp(self.room());
+        let rows = match self.due.fresh_after(from, limit, READ_BUDGET).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                self.lock().released = None;
+                return Err(e);
+            }
+        };
+        let exhausted = short(&rows, limit);
+        let last = rows.last().map(|t| t.delivery_id);
+        let mut state = self.lock();
+        self.add_read(&mut state, rows);
+        let mut cursor = last.map_or(from, |l| l.max(from));
+        if let Some(r) = state.rewound.take() {
+            cursor = cursor.min(r);
+        }
+        state.cursor = cursor;
+        if exhausted && !state.dirty {
+            state.spilled = false;
+        }
+        Ok(more || !exhausted || state.dirty)
+    }
+
+    /// Adds what a read returned, except deliveries held or let go since it began.
+    fn add_read(&self, state: &mut State, rows: Vec<DeliveryTask>) {
+        let released = state.released.take().unwrap_or_default();
+        let jobs: Vec<Job> = rows
+            .into_iter()
+            .filter(|t| !released.contains(&t.delivery_id))
+            .map(Job::claimed)
+            .collect();
+        self.enqueue(state, jobs);
+    }
+
+    /// Keeps the window filled while there is room; sleeps until work is left in
+    /// the table or the next retry falls due.
+    async fn refill(self: Arc<Self>) {
+        let mut failing = false;
+        loop {
+            self.queue.wait_depth_at_most(REFILL_AT).await;
+            let woken = self.wake.notified();
+            match self.fill().await {
+                Ok(true) => continue,
+                Ok(false) => {
+                    if failing {
+                        info!("reading due work works again");
+                        failing = false;
+                    }
+                }
+                Err(e) => {
+                    if !failing {
+                        warn!(error = %e, "could not read due work; retrying");
+                        failing = true;
+                    }
+                    tokio::time::sleep(READ_RETRY).await;
+                    continue;
+                }
+            }
+            let next = self.lock().next_retry;
+            let wait = next.map_or(Duration::from_secs(3600), |t| {
+                Duration::from_millis(
+                    u64::try_from(t.millis() - Timestamp::now().millis()).unwrap_or(0),
+                )
+            });
+            tokio::select! {
+                () = woken => {}
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// Settles the unfinished events none of whose deliveries is unfinished (a
+    /// status update lost), in the background.
+    async fn settle_lost(self: Arc<Self>) {
+        match self.due.unsettled().await {
+            Ok(events) if !events.is_empty() => {
+                info!(
+                    events = events.len(),
+                    "settling events whose status was not updated"
+                );
+                let mut state = self.lock();
+                self.enqueue(&mut state, events.into_iter().map(Job::Settle));
+            }
+            Ok(_) => {}
+            Err(e) => warn!(error = %e, "could not look for unsettled events"),
+        }
+    }
+
+    /// An ordered delivery is about to be committed (intake).
+    pub(crate) fn line_up(&self, handler: &str, value: &str, delivery: Uuid) {
+        self.gate.line_up(handler, value, delivery);
+    }
+
+    /// An ordered delivery lined up was committed: the table knows it now.
+    pub(crate) fn committed(&self, handler: &str, value: &str, delivery: Uuid) {
+        self.gate.leave(handler, value, delivery);
+    }
+
+    /// An ordered delivery lined up was not committed: whoever it held back goes.
+    pub(crate) fn withdrawn(&self, handler: &str, value: &str, delivery: Uuid) {
+        self.gate.leave(handler, value, delivery);
+        if let Some(me) = self.me.upgrade() {
+            tokio::spawn(me.release_key(handler.to_owned(), value.to_owned()));
+        }
+    }
+}
+
+/// A row count as a `LIMIT`.
+fn clamp(n: usize) -> u32 {
+    u32::try_from(n.max(1)).unwrap_or(u32::MAX)
+}
+
+/// True when a read returned less than it asked for and was not cut short by the
+/// byte budget: nothing more waits past it.
+fn short(rows: &[DeliveryTask], limit: u32) -> bool {
+    let bytes: usize = rows.iter().map(|t| t.payload.len()).sum();
+    rows.len() < limit as usize && bytes < READ_BUDGET
+}
+
+impl Dispatch for Window {
+    /// Committed work: counted in the backlog, and handed to the window while
+    /// there is room and nothing waits in the table before it; else left there.
+    fn submit(&self, jobs: Vec<Job>) {
+        let deliveries = jobs
+            .iter()
+            .filter(|j| matches!(j, Job::Deliver { .. }))
+            .count();
+        self.add_backlog(deliveries);
+        let mut state = self.lock();
+        if !state.spilled && self.room() >= jobs.len() {
+            let unrouted = jobs.len() - deliveries;
+            self.add_backlog(unrouted);
+            self.enqueue(&mut state, jobs);
+            return;
+        }
+        // An unrouted event is complete already: nothing to leave in the table.
+        let first = jobs
+            .iter()
+            .filter_map(|j| match j {
+                Job::Deliver { delivery, .. } => Some(*delivery),
+                _ => None,
+            })
+            .min();
+        if let Some(first) = first {
+            self.rewind(&mut state, first);
+        }
+    }
+
+    fn depth(&self) -> usize {
+        usize::try_from(self.backlog.load(Ordering::Relaxed).max(0)).unwrap_or(usize::MAX)
+    }
+
+    fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+impl LoadSignal for Window {
+    fn overloaded(&self) -> Option<Duration> {
+        (Dispatch::depth(self) >= self.capacity).then_some(Duration::from_secs(1))
+    }
+}
+
+/// One instance (SQLite): what is not run now waits in the table, and the window
+/// brings it in when it is due.
+impl Feeder for Window {
+    fn put_back_after(&self, job: Job, delay: Duration) -> bool {
+        let (
+            Job::Deliver {
+                delivery, event, ..
+            },
+            Some(me),
+        ) = (job, self.me.upgrade())
+        else {
+            return true;
+        };
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let mut state = me.lock();
+            me.bring_back(&mut state, delivery, event);
+        });
+        true
+    }
+
+    fn hold_until(&self, _job: Job, due: Timestamp) -> bool {
+        self.retry_due_at(due);
+        true
+    }
+
+    fn runs_unmarked(&self) -> bool {
+        false
+    }
+
+    fn after_commit(&self, committed: bool, retry: Option<(Job, Duration)>) {
+        if let (true, Some((_, after))) = (committed, retry) {
+            self.retry_due_at(Timestamp(Timestamp::now().0 + after));
+        }
+    }
+
+    fn admit<'a>(&'a self, task: &'a DeliveryTask) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let Some(value) = &task.ordering_value else {
+                return Ok(true);
+            };
+            if self
+                .gate
+                .older_committing(&task.handler, value, task.delivery_id)
+            {
+                return Ok(false);
+            }
+            let older = self
+                .due
+                .older_unfinished(&task.handler, value, task.delivery_id)
+                .await?;
+            Ok(!older)
+        })
+    }
+
+    fn recorded(&self, finish: &Finish, fresh: bool, ordering: Option<&(String, String)>) {
+        if fresh {
+            self.sub_backlog(1);
+        }
+        if let (true, Some((handler, value)), Some(me)) =
+            (finish.status.is_terminal(), ordering, self.me.upgrade())
+        {
+            tokio::spawn(me.release_key(handler.clone(), value.clone()));
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! Due work on SQLite ([`DueStore`]): the queries that keep the window of due work
+//! filled from the table, through the indexes of migration 0008. All of them read
+//! through the read-only pool, never the writer.
+//!
+//! Each statement names its index (`INDEXED BY`), so that the plan cannot silently
+//! turn into a scan of every delivery; `tests::the_due_work_queries_use_their_indexes`
+//! checks the plans.
+
+use async_trait::async_trait;
+use futures_util::TryStreamExt;
+use uuid::Uuid;
+
+use super::SqliteStore;
+use super::rows;
+use crate::model::{DeliveryTask, Timestamp};
+use crate::store::rows::RowExt;
+use crate::store::{DueStore, StoreError};
+
+/// What a worker needs of a delivery and its event (as `delivery_task` decodes).
+macro_rules! task_columns {
+    () => {
+        "d.id, d.handler, d.status, d.attempts, d.retry_after, d.ordering_value, \
+         d.created_at, e.id AS event_id, e.idempotency_key, e.event_type, e.payload"
+    };
+}
+
+/// Not held back by an older unfinished delivery of the same handler and value.
+macro_rules! first_of_its_key {
+    () => {
+        "(d.ordering_value IS NULL OR NOT EXISTS (SELECT 1 FROM deliveries o \
+           INDEXED BY deliveries_key_unfinished \
+           WHERE o.handler = d.handler AND o.ordering_value = d.ordering_value \
+           AND o.status IN ('pending', 'processing') AND o.id < d.id))"
+    };
+}
+
+/// Fresh deliveries after a cursor, oldest first; binds: after, limit.
+pub(super) const FRESH_AFTER: &str = concat!(
+    "SELECT ",
+    task_columns!(),
+    " FROM deliveries d INDEXED BY deliveries_fresh JOIN events e ON e.id = d.event_id \
+     WHERE d.status IN ('pending', 'processing') AND d.retry_after IS NULL AND d.id > ? AND ",
+    first_of_its_key!(),
+    " ORDER BY d.id LIMIT ?"
+);
+
+/// Retries due now, the longest due first; binds: now, limit.
+pub(super) const DUE_RETRIES: &str = concat!(
+    "SELECT ",
+    task_columns!(),
+    " FROM deliveries d INDEXED BY deliveries_retry JOIN events e ON e.id = d.event_id \
+     WHERE d.status IN ('pending', 'processing') AND d.retry_after IS NOT NULL \
+     AND d.retry_after <= ? AND ",
+    first_of_its_key!(),
+    " ORDER BY d.retry_after, d.id LIMIT ?"
+);
+
+/// The first retry not yet due; binds: now.
+pub(super) const NEXT_RETRY: &str = "SELECT MIN(retry_after) AS next FROM deliveries \
+     INDEXED BY deliveries_retry WHERE status IN ('pending', 'processing') \
+     AND retry_after IS NOT NULL AND retry_after > ?";
+
+/// Fresh deliveries: the backlog at startup.
+pub(super) const COUNT_FRESH: &str = "SELECT COUNT(*) AS n FROM deliveries \
+     INDEXED BY deliveries_fresh WHERE status IN ('pending', 'processing') \
+     AND retry_after IS NULL";
+
+/// The oldest unfinished delivery of a key; binds: handler, value.
+pub(super) const HEAD_OF_KEY: &str = "SELECT id, event_id, retry_after FROM deliveries \
+     INDEXED BY deliveries_key_unfinished WHERE handler = ? AND ordering_value = ? \
+     AND status IN ('pending', 'processing') ORDER BY id LIMIT 1";
+
+/// Whether a key has an unfinished delivery older than an id; binds: handler, value, id.
+pub(super) const OLDER_UNFINISHED: &str = "SELECT EXISTS (SELECT 1 FROM deliveries \
+     INDEXED BY deliveries_key_unfinished WHERE handler = ? AND ordering_value = ? \
+     AND status IN ('pending', 'processing') AND id < ?) AS older";
+
+/// Unfinished events without an unfinished delivery.
+const UNSETTLED: &str = "SELECT id FROM events e WHERE status IN ('pending', 'processing') \
+     AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id \
+                     AND d.status IN ('pending', 'processing')) ORDER BY id";
+
+impl SqliteStore {
+    /// Runs a task query, decoding rows until `limit` or until the payloads pass
+    /// `budget` bytes (the statement is dropped there).
+    async fn tasks(
+        &self,
+        query: sqlx::query::Query<'_, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
+        budget: usize,
+    ) -> Result<Vec<DeliveryTask>, StoreError> {
+        let mut rows = query.fetch(&self.read);
+        let mut tasks = Vec::new();
+        let mut bytes = 0usize;
+        while let Some(row) = rows.try_next().await? {
+            let task = rows::delivery_task(&row)?;
+            bytes = bytes.saturating_add(task.payload.len());
+            tasks.push(task);
+            if bytes >= budget {
+                break;
+            }
+        }
+        Ok(tasks)
+    }
+}
+
+#[async_trait]
+impl DueStore for SqliteStore {
+    async fn count_fresh(&self) -> Result<u64, StoreError> {
+        let row = sqlx::query(COUNT_FRESH).fetch_one(&self.read).await?;
+        Ok(u64::try_from(row.int("n")?).unwrap_or(0))
+    }
+
+    async fn fresh_after(
+        &self,
+        after: Uuid,
+        limit: u32,
+        budget: usize,
+    ) -> Result<Vec<DeliveryTask>, StoreError> {
+        let query = sqlx::query(FRESH_AFTER)
+            .bind(after.to_string())
+            .bind(i64::from(limit));
+        self.tasks(query, budget).await
+    }
+
+    async fn due_retries(
+        &self,
+        now: Timestamp,
+        limit: u32,
+        budget: usize,
+    ) -> Result<Vec<DeliveryTask>, StoreError> {
+        let query = sqlx::query(DUE_RETRIES)
+            .bind(now.to_rfc3339())
+            .bind(i64::from(limit));
+        self.tasks(query, budget).await
+    }
+
+    async fn next_retry(&self, now: Timestamp) -> Result<Option<Timestamp>, StoreError> {
+        let row = sqlx::query(NEXT_RETRY)
+            .bind(now.to_rfc3339())
+            .fetch_one(&self.read)
+            .await?;
+        row.opt_timestamp("next")
+    }
+
+    async fn head_of_key(
+        &self,
+        handler: &str,
+        value: &str,
+    ) -> Result<Option<(Uuid, Uuid, Option<Timestamp>)>, StoreError> {
+        let row = sqlx::query(HEAD_OF_KEY)
+            .bind(handler)
+            .bind(value)
+            .fetch_optional(&self.read)
+            .await?;
+        row.map(|r| {
+            Ok((
+                r.uuid("id")?,
+                r.uuid("event_id")?,
+                r.opt_timestamp("retry_after")?,
+            ))
+        })
+        .transpose()
+    }
+
+    async fn older_unfinished(
+        &self,
+        handler: &str,
+        value: &str,
+        delivery: Uuid,
+    ) -> Result<bool, StoreError> {
+        let row = sqlx::query(OLDER_UNFINISHED)
+            .bind(handler)
+            .bind(value)
+            .bind(delivery.to_string())
+            .fetch_one(&self.read)
+            .await?;
+        Ok(row.int("older")? != 0)
+    }
+
+    async fn unsettled(&self) -> Result<Vec<Uuid>, StoreError> {
+        sqlx::query(UNSETTLED)
+            .fetch_all(&self.read)
+            .await?
+            .iter()
+            .map(|r| r.uuid("id"))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::{Connection, Row, SqliteConnection};
+
+    /// The plan of `sql` (bound to `binds`) on a migrated database, one line per
+    /// step.
+    async fn plan(sql: &str, binds: &[&str]) -> Vec<String> {
+        let mut conn = SqliteConnection::connect("sqlite::memory:")
+            .await
+            .expect("connect");
+        super::super::migrate(&mut conn).await.expect("migrate");
+        let explain = format!("EXPLAIN QUERY PLAN {sql}");
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(explain));
+        for b in binds {
+            query = query.bind(*b);
+        }
+        query
+            .fetch_all(&mut conn)
+            .await
+            .expect("explain")
+            .iter()
+            .map(|r| r.get::<String, _>("detail"))
+            .collect()
+    }
+
+    /// Every due-work query reads a range of its index: no scan of the deliveries
+    /// table and no sort of the backlog, whatever its size.
+    #[tokio::test]
+    async fn the_due_work_queries_use_their_indexes() {
+        let id = "019ab000-0000-7000-8000-000000000000";
+        let now = "2026-11-26T00:00:00.000Z";
+        for (sql, binds, index) in [
+            (super::FRESH_AFTER, vec![id, "100"], "deliveries_fresh"),
+            (super::DUE_RETRIES, vec![now, "100"], "deliveries_retry"),
+            (super::NEXT_RETRY, vec![now], "deliveries_retry"),
+            (super::COUNT_FRESH, vec![], "deliveries_fresh"),
+            (
+                super::HEAD_OF_KEY,
+                vec!["h", "v"],
+                "deliveries_key_unfinished",
+            ),
+            (
+                super::OLDER_UNFINISHED,
+                vec!["h", "v", id],
+                "deliveries_key_unfinished",
+            ),
+        ] {
+            let plan = plan(sql, &binds).await;
+            assert!(plan.iter().any(|l| l.contains(index)), "{sql}: {plan:#?}");
+            assert!(
+                !plan.iter().any(|l| l.contains("TEMP B-TREE")),
+                "{sql}: {plan:#?}"
+            );
+            assert!(
+                !plan.iter().any(|l| l.starts_with("SCAN")
+                    && !l.contains("INDEX")
+                    && !l.contains("CONSTANT ROW")),
+                "{sql}: {plan:#?}"
+            );
+        }
+    }
+}
