@@ -57,6 +57,7 @@
 pub mod api;
 pub mod app;
 pub mod config;
+pub mod console;
 pub mod inbox;
 pub mod json;
 /// hookbox's HTTP layers, from the stand-alone `hookbox-layers` crate

@@ -5,7 +5,9 @@
 
 #![allow(unreachable_pub, clippy::unwrap_used)]
 
+mod browser;
 mod config;
+mod console;
 mod delivery;
 mod docs;
 mod durability;
