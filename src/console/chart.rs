@@ -39,6 +39,9 @@ pub fn axis_top(n: u64) -> u64 {
     }
 }
 
+/// One line of the chart: its CSS class, its label, and what it counts.
+type Series = (&'static str, &'static str, fn(&Minute) -> u64);
+
 /// A coordinate as SVG text, to a tenth.
 fn n(v: f64) -> String {
     format!("{v:.1}")
@@ -65,7 +68,7 @@ pub fn per_minute(minutes: &[Minute]) -> Markup {
         .max()
         .unwrap_or(0);
     let top = axis_top(peak);
-    let series: [(&str, &str, fn(&Minute) -> u64); 3] = [
+    let series: [Series; 3] = [
         ("received", "Received", |m| m.received),
         ("completed", "Completed", |m| m.completed),
         ("dead", "Dead-lettered", |m| m.dead_lettered),
@@ -86,7 +89,7 @@ pub fn per_minute(minutes: &[Minute]) -> Markup {
                 aria-labelledby="chart-title chart-desc" preserveAspectRatio="none" {
                 title id="chart-title" { "Events per minute, last hour" }
                 desc id="chart-desc" { (description) }
-                @for (frac, label) in [(0.0, 0), (0.5, top / 2), (1.0, top)] {
+                @for (frac, label) in [(0.0, 0.0), (0.5, top as f64 / 2.0), (1.0, top as f64)] {
                     line.grid x1=(n(LEFT)) x2=(n(WIDTH - RIGHT)) y1=(n(y(frac))) y2=(n(y(frac))) {}
                     text.axis x=(n(LEFT - 6.0)) y=(n(y(frac) + 4.0)) text-anchor="end" { (label) }
                 }

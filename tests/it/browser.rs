@@ -118,14 +118,18 @@ async fn snap(c: &Client, name: &str) {
     std::fs::write(screenshot_dir().join(format!("{name}.png")), png).expect("write png");
 }
 
-/// The page's text (what a reader sees).
+/// The page's text (what a reader sees); waits while a page is still loading
+/// (its body not there yet).
 async fn text(c: &Client) -> String {
-    c.find(Locator::Css("body"))
-        .await
-        .expect("body")
-        .text()
-        .await
-        .expect("text")
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let read = async { c.find(Locator::Css("body")).await?.text().await };
+        match read.await {
+            Ok(t) => return t,
+            Err(e) => assert!(Instant::now() < deadline, "no page body: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Waits until the page's text contains `what`, reloading every half second.

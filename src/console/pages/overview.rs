@@ -30,11 +30,7 @@ pub async fn page(State(console): State<Console>, axum::Extension(s): Visitor) -
     };
     let now = Timestamp::now();
     let (depth, capacity) = (console.app.inbox.depth(), console.app.inbox.capacity());
-    let fill = if capacity == 0 {
-        0
-    } else {
-        depth * 100 / capacity
-    };
+    let fill = (depth * 100).checked_div(capacity).unwrap_or(0);
     let events = overview.events;
     let body = html! {
         h1 { "Overview" }
