@@ -145,7 +145,7 @@ start_hookbox() {
         SOURCES_DIR="$workdir/sources" \
         BENCH_GITHUB_SECRET=bench-github-secret \
         LOG_LEVEL="${LOG_LEVEL:-warn}" \
-        "$bin_dir/hookbox" serve >>"$log" 2>        target/release/hookbox serve >>"$log" 2>&1 &1 &
+        "$bin_dir/hookbox" serve >>"$log" 2>&1 &
     hookbox_pid=$!
 }
 

@@ -269,7 +269,8 @@ impl App {
         let stop_http = CancellationToken::new();
         let http = {
             let stop = stop_http.clone();
-            let app = crate::api::router(state.clone());
+            let app =
+                crate::api::router(state.clone()).merge(crate::console::router(state.clone()));
             let limits = crate::server::Limits::new(config.max_connections as usize);
             tokio::spawn(async move {
                 crate::server::serve(listener, app, limits, stop.cancelled_owned()).await

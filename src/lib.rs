@@ -57,6 +57,7 @@
 pub mod api;
 pub mod app;
 pub mod config;
+pub mod console;
 pub(crate) mod idempotency_cache;
 pub mod inbox;
 pub mod json;

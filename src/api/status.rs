@@ -155,6 +155,7 @@ fn list_query(params: &HashMap<String, String>) -> Result<ListQuery, Problem> {
     Ok(ListQuery {
         status,
         event_type: params.get("event_type").cloned(),
+        source: None,
         limit: page_limit(params)?,
         before: params
             .get("cursor")

@@ -396,6 +396,162 @@ async fn contract(b: Backend) {
     bookkeeping(&b, &first, &waiting).await;
     recent_keys_follow(&b, None).await;
     subscribers(&b).await;
+    console_reads(&b).await;
+}
+
+/// Takes every delivery of `taken` as workers would (on PostgreSQL by claiming
+/// everything due, since older deliveries of other steps are still pending).
+async fn take_all(b: &Backend, taken: &[(Uuid, Uuid)]) {
+    match &b.claims {
+        Some(claims) => {
+            let claimed = claims
+                .claim(100, Duration::from_secs(60))
+                .await
+                .expect("claim");
+            for (d, _) in taken {
+                assert!(
+                    claimed.tasks.iter().any(|t| t.delivery_id == *d),
+                    "{}: {d} not claimed",
+                    b.name
+                );
+            }
+        }
+        None => {
+            for (d, e) in taken {
+                b.store.start(*d, *e).await.expect("start");
+            }
+        }
+    }
+}
+
+/// The console's reads: the overview's counts and series, payloads, the source
+/// filter of the listing, dead letters under a filter and their count.
+async fn console_reads(b: &Backend) {
+    let mut from_gh = new_event("console-1", r#"{"a":1}"#, &["hc"]);
+    from_gh.event_type = "console.a".into();
+    from_gh.source = Some("gh".into());
+    let mut mixed = new_event("console-2", "{}", &["hc", "hd"]);
+    mixed.event_type = "console.b".into();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let mut dead = new_event("console-3", "{}", &["hd"]);
+    dead.event_type = "console.b".into();
+    dead.created_at = Timestamp(mixed.created_at.0 + chrono::Duration::milliseconds(5));
+    for e in [&from_gh, &mixed, &dead] {
+        b.store.insert_event(e.clone()).await.expect("insert");
+    }
+    let all: Vec<(Uuid, Uuid)> = [&from_gh, &mixed, &dead]
+        .iter()
+        .flat_map(|e| e.deliveries.iter().map(|d| (d.id, e.id)))
+        .collect();
+    take_all(b, &all).await;
+    for (i, (d, e)) in all.iter().enumerate() {
+        // hc completes (first try); hd dead-letters on its second attempt.
+        let handler_is_hc = i < 2;
+        let finish = if handler_is_hc {
+            outcome(*d, *e, Status::Completed, 1)
+        } else {
+            outcome(*d, *e, Status::Failed, 2)
+        };
+        b.store.finish(finish).await.expect("finish");
+    }
+    b.await_status(from_gh.id, Status::Completed).await;
+    b.await_status(mixed.id, Status::Failed).await;
+    b.await_status(dead.id, Status::Failed).await;
+
+    let seen = b.store.overview(Timestamp::now()).await.expect("overview");
+    let n = b.name;
+    assert_eq!(seen.events.completed, 1, "{n}: {:?}", seen.events);
+    assert_eq!(seen.events.failed, 2, "{n}");
+    assert_eq!(seen.events.pending + seen.events.processing, 1, "{n}");
+    let handler = |name: &str| {
+        seen.handlers
+            .iter()
+            .find(|h| h.handler == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{n}: no {name} in {:?}", seen.handlers))
+    };
+    let (hc, hd) = (handler("hc"), handler("hd"));
+    assert_eq!((hc.deliveries.completed, hc.attempts), (2, 2), "{n}");
+    assert_eq!(hc.success_rate(), Some(1.0));
+    assert_eq!((hd.deliveries.failed, hd.attempts), (2, 4), "{n}");
+    assert_eq!(hd.success_rate(), Some(0.0));
+    assert_eq!(handler("h1").success_rate(), None, "{n}: nothing finished");
+    assert_eq!(seen.minutes.len(), super::overview::SERIES_MINUTES);
+    let sum = |f: fn(&super::overview::Minute) -> u64| seen.minutes.iter().map(f).sum::<u64>();
+    assert_eq!(
+        sum(|m| m.received),
+        4,
+        "{n}: the waiting event and three new"
+    );
+    assert_eq!(sum(|m| m.completed), 1, "{n}");
+    assert_eq!(sum(|m| m.dead_lettered), 2, "{n}");
+    let later = Timestamp(Timestamp::now().0 + chrono::Duration::hours(2));
+    let quiet = b.store.overview(later).await.expect("overview");
+    assert_eq!(quiet.minutes.iter().map(|m| m.received).sum::<u64>(), 0);
+    assert_eq!(quiet.events, seen.events, "{n}: counts are not windowed");
+
+    let payload = b.store.payload(from_gh.id).await.expect("payload");
+    assert_eq!(payload.as_deref(), Some(r#"{"a":1}"#), "{n}");
+    assert!(
+        b.store
+            .payload(Uuid::now_v7())
+            .await
+            .expect("payload")
+            .is_none()
+    );
+    let sourced = ListQuery {
+        source: Some("gh".into()),
+        limit: 10,
+        ..ListQuery::default()
+    };
+    let page = b.store.list_events(&sourced).await.expect("list");
+    let ids: Vec<Uuid> = page.items.iter().map(|e| e.id).collect();
+    assert_eq!(ids, [from_gh.id], "{n}");
+
+    let count = |filter: ReplayFilter| async move {
+        b.store.count_dead_letters(&filter).await.expect("count")
+    };
+    let by_handler = ReplayFilter {
+        handler: Some("hd".into()),
+        ..ReplayFilter::default()
+    };
+    assert_eq!(count(ReplayFilter::default()).await, 2, "{n}");
+    assert_eq!(count(by_handler.clone()).await, 2, "{n}");
+    let by_other_type = ReplayFilter {
+        event_type: Some("console.a".into()),
+        ..ReplayFilter::default()
+    };
+    assert_eq!(count(by_other_type).await, 0, "{n}");
+    let older = ReplayFilter {
+        before: Some(dead.created_at),
+        ..ReplayFilter::default()
+    };
+    assert_eq!(count(older.clone()).await, 1, "{n}: only the mixed event's");
+    let one = b
+        .store
+        .dead_letters_where(&by_handler, 1, None)
+        .await
+        .expect("page");
+    assert_eq!(one.items.len(), 1);
+    assert_eq!(one.items[0].event.id, dead.id, "{n}: newest first");
+    let cursor = one.next_cursor.expect("next").parse().expect("uuid");
+    let two = b
+        .store
+        .dead_letters_where(&by_handler, 1, Some(cursor))
+        .await
+        .expect("page");
+    assert_eq!(two.items[0].event.id, mixed.id, "{n}");
+    assert_eq!(two.next_cursor, None);
+    let listed = b
+        .store
+        .dead_letters_where(&older, 10, None)
+        .await
+        .expect("page");
+    assert_eq!(listed.items.len(), 1);
+    assert_eq!(listed.items[0].event.id, mixed.id);
+    let replayed = b.store.replay(older).await.expect("replay");
+    assert_eq!(replayed.len(), 1, "{n}: replay selects what the count said");
+    assert_eq!(count(ReplayFilter::default()).await, 1, "{n}");
 }
 
 #[tokio::test]

@@ -10,6 +10,7 @@
 
 #[cfg(test)]
 mod contract;
+pub mod overview;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod pull;
@@ -100,6 +101,8 @@ pub struct ListQuery {
     pub status: Option<Status>,
     /// Only events of this type.
     pub event_type: Option<String>,
+    /// Only events from this source (`POST /ingest/{name}`).
+    pub source: Option<String>,
     /// Page size (1..=500).
     pub limit: u32,
     /// Only events older than this id (the previous page's `next_cursor`).
@@ -299,6 +302,27 @@ pub trait Store: Send + Sync + 'static {
     /// Counts for the gauges of `/metrics` (docs/api.md), computed at most once per
     /// [`STATS_MAX_AGE`] (callers in between get the last counts).
     async fn stats(&self) -> Result<Stats, StoreError>;
+
+    /// What the console's overview shows: events by status, deliveries per
+    /// handler, and the per-minute series of the hour that ends with `now`'s minute
+    /// ([`overview`] says what each counts).
+    async fn overview(&self, now: Timestamp) -> Result<overview::Overview, StoreError>;
+
+    /// An event's payload, as stored (canonical JSON text).
+    async fn payload(&self, id: Uuid) -> Result<Option<String>, StoreError>;
+
+    /// A page of the dead letters that `filter` selects (those [`Store::replay`]
+    /// with it would reset), newest first; `before` is the previous page's last
+    /// delivery id.
+    async fn dead_letters_where(
+        &self,
+        filter: &ReplayFilter,
+        limit: u32,
+        before: Option<Uuid>,
+    ) -> Result<Page<DeadLetter>, StoreError>;
+
+    /// How many dead letters `filter` selects.
+    async fn count_dead_letters(&self, filter: &ReplayFilter) -> Result<u64, StoreError>;
 
     /// A page of dead letters (failed deliveries), newest first; `before` is the
     /// previous page's last delivery id.

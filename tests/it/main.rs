@@ -6,7 +6,9 @@
 #![allow(unreachable_pub, clippy::unwrap_used)]
 
 mod attempts;
+mod browser;
 mod config;
+mod console;
 mod delivery;
 mod docs;
 mod durability;

@@ -18,6 +18,7 @@ mod finisher;
 mod instance;
 mod intake;
 mod listen;
+mod overview;
 mod pull;
 mod rows;
 #[cfg(test)]
@@ -245,6 +246,9 @@ impl Store for PgStore {
         if let Some(t) = &query.event_type {
             qb.push(" AND event_type = ").push_bind(t.clone());
         }
+        if let Some(source) = &query.source {
+            qb.push(" AND source = ").push_bind(source.clone());
+        }
         if let Some(before) = query.before {
             qb.push(" AND id < ").push_bind(before);
         }
@@ -359,6 +363,30 @@ impl Store for PgStore {
 
     async fn stats(&self) -> Result<Stats, StoreError> {
         self.stats.get(self.count()).await
+    }
+
+    async fn overview(
+        &self,
+        now: Timestamp,
+    ) -> Result<crate::store::overview::Overview, StoreError> {
+        overview::overview(&self.pool, now).await
+    }
+
+    async fn payload(&self, id: Uuid) -> Result<Option<String>, StoreError> {
+        overview::payload(&self.pool, id).await
+    }
+
+    async fn dead_letters_where(
+        &self,
+        filter: &ReplayFilter,
+        limit: u32,
+        before: Option<Uuid>,
+    ) -> Result<Page<DeadLetter>, StoreError> {
+        overview::dead_letters(&self.pool, filter, limit, before).await
+    }
+
+    async fn count_dead_letters(&self, filter: &ReplayFilter) -> Result<u64, StoreError> {
+        overview::count_dead_letters(&self.pool, filter).await
     }
 
     async fn dead_letters(

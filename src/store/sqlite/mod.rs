@@ -13,6 +13,7 @@
 //! process ends, however it ends.
 
 mod due;
+mod overview;
 mod pull;
 mod recent;
 mod rows;
@@ -273,6 +274,9 @@ impl Store for SqliteStore {
         if let Some(t) = &query.event_type {
             qb.push(" AND event_type = ").push_bind(t.clone());
         }
+        if let Some(source) = &query.source {
+            qb.push(" AND source = ").push_bind(source.clone());
+        }
         if let Some(before) = query.before {
             qb.push(" AND id < ").push_bind(before.to_string());
         }
@@ -385,6 +389,30 @@ impl Store for SqliteStore {
 
     async fn stats(&self) -> Result<Stats, StoreError> {
         self.stats.get(self.count()).await
+    }
+
+    async fn overview(
+        &self,
+        now: Timestamp,
+    ) -> Result<crate::store::overview::Overview, StoreError> {
+        overview::overview(&self.read, now).await
+    }
+
+    async fn payload(&self, id: Uuid) -> Result<Option<String>, StoreError> {
+        overview::payload(&self.read, id).await
+    }
+
+    async fn dead_letters_where(
+        &self,
+        filter: &ReplayFilter,
+        limit: u32,
+        before: Option<Uuid>,
+    ) -> Result<Page<DeadLetter>, StoreError> {
+        overview::dead_letters(&self.read, filter, limit, before).await
+    }
+
+    async fn count_dead_letters(&self, filter: &ReplayFilter) -> Result<u64, StoreError> {
+        overview::count_dead_letters(&self.read, filter).await
     }
 
     async fn dead_letters(
