@@ -30,11 +30,14 @@ pub(crate) struct IdempotencyCache<V> {
     /// Entries, by the hash of their key.
     shards: Box<[Mutex<Shard<V>>]>,
     /// Which key each event id holds, by the hash of the id.
-    ids: Box<[Mutex<HashMap<Uuid, Arc<str>>>]>,
+    ids: Box<[Mutex<IdIndex>]>,
     /// Most keys per shard.
     per_shard: usize,
     hasher: RandomState,
 }
+
+/// One shard of the index from event ids to the keys they hold.
+type IdIndex = HashMap<Uuid, Arc<str>>;
 
 /// One shard: its slots, an index from key to slot, and the clock hand.
 struct Shard<V> {
@@ -88,7 +91,7 @@ impl<V: Clone> IdempotencyCache<V> {
         &self.shards[i]
     }
 
-    fn ids_of(&self, id: &Uuid) -> &Mutex<HashMap<Uuid, Arc<str>>> {
+    fn ids_of(&self, id: &Uuid) -> &Mutex<IdIndex> {
         let i = (self.hasher.hash_one(id) as usize) % SHARDS;
         &self.ids[i]
     }
