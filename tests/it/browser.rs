@@ -260,6 +260,14 @@ fn an_operator_finds_replays_and_subscribes_in_a_real_browser() {
             "shown as text: {event}"
         );
         assert!(event.contains("order-42"));
+        // Every attempt is a row, with its outcome and the answer.
+        let attempts = c
+            .find_all(Locator::Css("tr.attempt"))
+            .await
+            .expect("attempt rows");
+        assert!(!attempts.is_empty(), "attempt rows: {event}");
+        let first = attempts[0].text().await.expect("row text");
+        assert!(first.contains("503"), "the first attempt's answer: {first}");
         assert_nothing_ran(&c).await;
         snap(&c, "event").await;
 

@@ -302,6 +302,13 @@ fn payloads_and_errors_are_shown_as_text() {
         "the handler's answer"
     );
     assert!(page.text.contains("Replay failed deliveries"));
+    // The attempt history: one row per attempt, the last one a dead letter.
+    assert!(
+        page.text.contains("<tr class=\"attempt\">"),
+        "{}",
+        page.text
+    );
+    assert!(page.text.contains("dead_letter"), "{}", page.text);
     let list = get(&hb, "/console/events?event_type=dead.xss", None);
     assert!(list.text.contains(&id), "{}", list.text);
     let dead = get(&hb, "/console/dead-letters", None);

@@ -1,18 +1,19 @@
 //! `/console/events/{id}`: one event — what it is, its payload, its deliveries
-//! with their last error, and a replay button where a delivery failed; and
+//! with every attempt of each (oldest first, with its answer), and a replay button
+//! where a delivery failed; and
 //! `POST /console/events/{id}/replay` (optionally one `handler`'s delivery only).
 
 use axum::Form;
 use axum::extract::{Path, State};
 use axum::response::Response;
 use http::StatusCode;
-use maud::html;
+use maud::{Markup, html};
 
 use super::{console_path, done, given, render_with};
 use crate::console::csrf::{Fields, field};
 use crate::console::layout::{Nav, ago, csrf, status};
 use crate::console::{Console, Visitor, pretty};
-use crate::model::{Status, Timestamp};
+use crate::model::{Attempt, Status, Timestamp};
 use crate::store::ReplayFilter;
 
 /// `GET /console/events/{id}`.
@@ -27,20 +28,23 @@ pub async fn page(
         return not_found("that is not an event id");
     };
     let store = &console.app.store;
-    let (event, payload) = match tokio::join!(store.event(id), store.payload(id)) {
-        (Ok(Some(e)), Ok(p)) => (e, p.unwrap_or_default()),
-        (Ok(None), _) => return not_found("no event has that id (retention may have deleted it)"),
-        (Err(e), _) | (_, Err(e)) => {
-            let why = format!("the database did not answer: {e}");
-            return super::problem(
-                &console,
-                &s,
-                Nav::Events,
-                StatusCode::SERVICE_UNAVAILABLE,
-                &why,
-            );
-        }
-    };
+    let (event, payload, attempts) =
+        match tokio::join!(store.event(id), store.payload(id), store.list_attempts(id)) {
+            (Ok(Some(e)), Ok(p), Ok(a)) => (e, p.unwrap_or_default(), a),
+            (Ok(None), _, _) => {
+                return not_found("no event has that id (retention may have deleted it)");
+            }
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+                let why = format!("the database did not answer: {e}");
+                return super::problem(
+                    &console,
+                    &s,
+                    Nav::Events,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &why,
+                );
+            }
+        };
     let now = Timestamp::now();
     let back = format!("/console/events/{id}");
     let failed = event.deliveries.iter().any(|d| d.status == Status::Failed);
@@ -84,6 +88,7 @@ pub async fn page(
                         p.label { "Last answer" }
                         pre.answer { (err) }
                     }
+                    (attempt_rows(attempts.iter().filter(|a| a.handler == d.handler)))
                     @if d.status == Status::Failed {
                         form.inline method="post" action={ "/console/events/" (event.id) "/replay" } {
                             (csrf(&s))
@@ -102,6 +107,40 @@ pub async fn page(
     };
     let refresh = (!event.status.is_terminal()).then_some(3);
     render_with(&console, &s, Nav::Events, "Event", body, refresh)
+}
+
+/// Every attempt of one delivery, oldest first: number, start, duration, outcome,
+/// HTTP status and the answer or error (already stripped of credentials).
+fn attempt_rows<'a>(attempts: impl Iterator<Item = &'a Attempt>) -> Markup {
+    let attempts: Vec<&Attempt> = attempts.collect();
+    html! {
+        @if !attempts.is_empty() {
+            table.rows.attempts {
+                thead { tr {
+                    th { "#" } th { "Started" } th { "Took" } th { "Outcome" }
+                    th { "Status" } th { "Answer" }
+                } }
+                tbody {
+                    @for a in &attempts {
+                        tr.attempt {
+                            td data-label="#" { (a.attempt) }
+                            td data-label="Started" {
+                                time datetime=(a.started_at.to_rfc3339()) { (a.started_at.format("%Y-%m-%d %H:%M:%S%.3fZ")) }
+                            }
+                            td data-label="Took" { (a.duration_ms) " ms" }
+                            td data-label="Outcome" { (a.outcome.as_str()) }
+                            td data-label="Status" {
+                                @if let Some(code) = a.response_status { (code) } @else { "—" }
+                            }
+                            td data-label="Answer" {
+                                @if let Some(err) = &a.error { pre.answer { (err) } } @else { "—" }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// `POST /console/events/{id}/replay` (fields: `handler` to replay only that
