@@ -31,7 +31,7 @@ use crate::json;
 use crate::layers::idempotency;
 use crate::model::{Timestamp, hex};
 use crate::sources::identify;
-use crate::sources::live::{LiveSource, Reason};
+use crate::sources::live::{LiveSource, Reason, Refusal};
 use crate::sources::verify::{Incoming, Verifier};
 use crate::store::EventSummary;
 
@@ -75,7 +75,12 @@ pub async fn ingest(
     let received_at = Timestamp::now();
     let (parts, body) = request.into_parts();
     let refuse = |reason: Reason, problem: Problem, body: &[u8]| {
-        let entry = source.entry(received_at, reason, &problem, &parts.headers, body);
+        let answer = Refusal {
+            status: problem.status,
+            code: problem.code,
+            detail: &problem.detail,
+        };
+        let entry = source.entry(received_at, reason, answer, &parts.headers, body);
         source.rejected(entry);
         problem.into_response()
     };

@@ -39,15 +39,15 @@ use crate::layers::idempotency::{
     self, Begin, BoxFuture, CachedResponse, IdempotencyStore, Identity,
 };
 use crate::model::{NewDelivery, NewEvent, Timestamp, hex};
-use crate::registry::is_event_type_byte;
+use crate::registry::event_type_error;
 use crate::registry::live::LiveRegistry;
 use crate::sources::live::Sources;
 use crate::state::{AppState, IntakeSettings, Lifecycle};
 use crate::store::{EventSummary, Inserted, Store};
 use crate::telemetry::names;
 
-/// Longest event type and idempotency key, in bytes.
-pub const MAX_NAME_BYTES: usize = 255;
+/// Longest event type and idempotency key, in bytes (the registry's rule).
+pub const MAX_NAME_BYTES: usize = crate::registry::MAX_NAME_BYTES;
 
 /// How long intake waits for a request's whole body before it answers 408
 /// `request_timeout`: [`idempotency::BODY_READ_TIMEOUT`] (30 s), or the milliseconds
@@ -153,19 +153,12 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), Problem> {
 /// Refuses an event type that is empty, over 255 bytes or outside
 /// `[A-Za-z0-9._:/-]`: 422 `invalid_event_type`.
 pub(crate) fn validate_event_type(t: &str) -> Result<(), Problem> {
-    let problem = |detail: &str| {
-        Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_event_type").detail(detail)
-    };
-    if t.is_empty() {
-        return Err(problem("event_type must not be empty"));
+    match event_type_error(t) {
+        Some(detail) => {
+            Err(Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_event_type").detail(detail))
+        }
+        None => Ok(()),
     }
-    if t.len() > MAX_NAME_BYTES {
-        return Err(problem("event_type must be at most 255 bytes"));
-    }
-    if !t.bytes().all(is_event_type_byte) {
-        return Err(problem("event_type may only contain A-Z a-z 0-9 . _ : / -"));
-    }
-    Ok(())
 }
 
 /// The key from the headers, else from the body's `idempotency_key` (its canonical

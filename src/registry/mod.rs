@@ -33,7 +33,7 @@ use std::fmt;
 use std::time::Duration;
 
 pub use handler::{BoxHandler, Event, HandlerError, handler_fn};
-pub use pattern::{Pattern, PatternError, is_event_type_byte};
+pub use pattern::{MAX_NAME_BYTES, Pattern, PatternError, event_type_error, is_event_type_byte};
 
 use uuid::Uuid;
 

@@ -82,6 +82,29 @@ pub fn is_event_type_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'/' | b'-')
 }
 
+/// The longest event type or idempotency key, in bytes.
+pub const MAX_NAME_BYTES: usize = 255;
+
+/// Why `t` is not a valid event type (empty, over [`MAX_NAME_BYTES`], or outside
+/// `[A-Za-z0-9._:/-]`), or `None` when it is one.
+///
+/// ```
+/// use hookbox::registry::event_type_error;
+/// assert_eq!(event_type_error("order.created"), None);
+/// assert!(event_type_error("order created").is_some());
+/// ```
+pub fn event_type_error(t: &str) -> Option<&'static str> {
+    if t.is_empty() {
+        Some("event_type must not be empty")
+    } else if t.len() > MAX_NAME_BYTES {
+        Some("event_type must be at most 255 bytes")
+    } else if !t.bytes().all(is_event_type_byte) {
+        Some("event_type may only contain A-Z a-z 0-9 . _ : / -")
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

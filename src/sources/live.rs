@@ -173,6 +173,19 @@ impl Reason {
     }
 }
 
+/// What a refused request was answered: the parts of its problem that the log
+/// keeps (the HTTP layer builds it from its own problem type, so this module needs
+/// none).
+#[derive(Debug, Clone, Copy)]
+pub struct Refusal<'a> {
+    /// The answer's status (401, 400, 413, 422).
+    pub status: u16,
+    /// The answer's problem code.
+    pub code: &'static str,
+    /// What was wrong (never a secret or a signature value).
+    pub detail: &'a str,
+}
+
 /// One refused request, as `GET /sources/{name}/rejected` shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct RejectedRequest {
@@ -336,14 +349,14 @@ impl LiveSource {
         });
     }
 
-    /// A log entry for a refused request: its headers without the secret-bearing
+    /// A log entry for a refused request (`answer`: what it was answered): its headers without the secret-bearing
     /// ones, and its body's first bytes (any of the source's secrets found in them
     /// is masked as well).
     pub fn entry(
         &self,
         received_at: Timestamp,
         reason: Reason,
-        problem: &crate::api::problem::Problem,
+        answer: Refusal<'_>,
         headers: &HeaderMap,
         body: &[u8],
     ) -> RejectedRequest {
@@ -374,9 +387,9 @@ impl LiveSource {
         RejectedRequest {
             received_at,
             reason,
-            status: problem.status,
-            code: problem.code,
-            detail: problem.detail.clone(),
+            status: answer.status,
+            code: answer.code,
+            detail: answer.detail.to_owned(),
             headers: kept,
             body_bytes: body.len(),
             body: preview,
@@ -416,7 +429,6 @@ pub fn is_secret_header(verifier: &Verifier, name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::problem::Problem;
     use crate::sources::manifest::load_str;
 
     fn source(text: &str) -> LiveSource {
@@ -434,13 +446,17 @@ mod tests {
         h.insert("x-forwarded", "hunter2-secret".parse().unwrap());
         h.append("x-trace", "a".parse().unwrap());
         h.append("x-trace", "b".parse().unwrap());
-        let problem = Problem::new(http::StatusCode::UNAUTHORIZED, "invalid_signature");
+        let problem = Refusal {
+            status: 401,
+            code: "invalid_signature",
+            detail: "",
+        };
         for i in 0..(REJECTED_LOG_SIZE + 5) {
             let body = format!("{{\"n\": {i}, \"leak\": \"hunter2-secret\"}}");
             let e = s.entry(
                 Timestamp::now(),
                 Reason::Signature,
-                &problem,
+                problem,
                 &h,
                 body.as_bytes(),
             );
@@ -459,12 +475,16 @@ mod tests {
     #[test]
     fn the_body_preview_is_cut_at_one_kilobyte() {
         let s = source("kind = \"none\"");
-        let problem = Problem::invalid_body("x");
+        let problem = Refusal {
+            status: 400,
+            code: "invalid_body",
+            detail: "x",
+        };
         let body = "é".repeat(2000);
         let e = s.entry(
             Timestamp::now(),
             Reason::Other,
-            &problem,
+            problem,
             &HeaderMap::new(),
             body.as_bytes(),
         );

@@ -102,12 +102,12 @@ pub fn read(fields: &Fields, name: &str, prefix: &str, text: &str) -> Result<Ite
         )
     })?;
     let key = format!("{name}:{id}");
-    if key.len() > crate::api::intake::MAX_NAME_BYTES || key.contains('\0') {
+    if key.len() > crate::registry::MAX_NAME_BYTES || key.contains('\0') {
         return Err(refuse(
             "invalid_idempotency_key",
             format!(
                 "the key {{name}}:{{id}} must be at most {} bytes, without NUL",
-                crate::api::intake::MAX_NAME_BYTES
+                crate::registry::MAX_NAME_BYTES
             ),
         ));
     }
@@ -118,10 +118,10 @@ pub fn read(fields: &Fields, name: &str, prefix: &str, text: &str) -> Result<Ite
         )
     })?;
     let event_type = format!("{prefix}{provider_type}");
-    if let Err(problem) = crate::api::intake::validate_event_type(&event_type) {
+    if let Some(why) = crate::registry::event_type_error(&event_type) {
         return Err(refuse(
             "invalid_event_type",
-            format!("event type {event_type:?}: {}", problem.detail),
+            format!("event type {event_type:?}: {why}"),
         ));
     }
     let sequence = fields
