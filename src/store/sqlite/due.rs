@@ -189,28 +189,7 @@ impl DueStore for SqliteStore {
 
 #[cfg(test)]
 mod tests {
-    use sqlx::{Connection, Row, SqliteConnection};
-
-    /// The plan of `sql` (bound to `binds`) on a migrated database, one line per
-    /// step.
-    async fn plan(sql: &str, binds: &[&str]) -> Vec<String> {
-        let mut conn = SqliteConnection::connect("sqlite::memory:")
-            .await
-            .expect("connect");
-        super::super::migrate(&mut conn).await.expect("migrate");
-        let explain = format!("EXPLAIN QUERY PLAN {sql}");
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(explain));
-        for b in binds {
-            query = query.bind(*b);
-        }
-        query
-            .fetch_all(&mut conn)
-            .await
-            .expect("explain")
-            .iter()
-            .map(|r| r.get::<String, _>("detail"))
-            .collect()
-    }
+    use super::super::query_plan as plan;
 
     /// Every due-work query reads a range of its index: no scan of the deliveries
     /// table and no sort of the backlog, whatever its size.

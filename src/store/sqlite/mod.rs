@@ -496,3 +496,26 @@ impl Store for SqliteStore {
         .await
     }
 }
+
+/// The plan of `sql` (bound to `binds`) on a fresh migrated database, one line per
+/// step: what the index tests of `due.rs` and `writer.rs` read.
+#[cfg(test)]
+async fn query_plan(sql: &str, binds: &[&str]) -> Vec<String> {
+    use sqlx::{Connection, Row, SqliteConnection};
+    let mut conn = SqliteConnection::connect("sqlite::memory:")
+        .await
+        .expect("connect");
+    migrate(&mut conn).await.expect("migrate");
+    let explain = format!("EXPLAIN QUERY PLAN {sql}");
+    let mut query = sqlx::query(sqlx::AssertSqlSafe(explain));
+    for b in binds {
+        query = query.bind(*b);
+    }
+    query
+        .fetch_all(&mut conn)
+        .await
+        .expect("explain")
+        .iter()
+        .map(|r| r.get::<String, _>("detail"))
+        .collect()
+}

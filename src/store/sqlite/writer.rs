@@ -643,30 +643,8 @@ pub(super) async fn save_subscriber(
 
 #[cfg(test)]
 mod tests {
-    use sqlx::{Connection, Row, SqliteConnection};
-
+    use super::super::query_plan as plan;
     use super::PURGE;
-
-    /// The plan of `sql` (bound to `binds`) on a migrated database, one line per
-    /// step.
-    async fn plan(sql: &str, binds: &[&str]) -> Vec<String> {
-        let mut conn = SqliteConnection::connect("sqlite::memory:")
-            .await
-            .expect("connect");
-        super::super::migrate(&mut conn).await.expect("migrate");
-        let explain = format!("EXPLAIN QUERY PLAN {sql}");
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(explain));
-        for b in binds {
-            query = query.bind(*b);
-        }
-        query
-            .fetch_all(&mut conn)
-            .await
-            .expect("explain")
-            .iter()
-            .map(|r| r.get::<String, _>("detail"))
-            .collect()
-    }
 
     /// Retention walks an index of terminal events oldest first and stops after
     /// the batch: no sort of every expired row, no scan of the table.
