@@ -325,12 +325,16 @@ pub trait Store: Send + Sync + 'static {
     async fn count_dead_letters(&self, filter: &ReplayFilter) -> Result<u64, StoreError>;
 
     /// A page of dead letters (failed deliveries), newest first; `before` is the
-    /// previous page's last delivery id.
+    /// previous page's last delivery id: [`Store::dead_letters_where`] without a
+    /// filter.
     async fn dead_letters(
         &self,
         limit: u32,
         before: Option<Uuid>,
-    ) -> Result<Page<DeadLetter>, StoreError>;
+    ) -> Result<Page<DeadLetter>, StoreError> {
+        self.dead_letters_where(&ReplayFilter::default(), limit, before)
+            .await
+    }
 
     /// Resets the failed deliveries that `filter` selects to `pending` (attempts and
     /// last error kept) and re-derives their events' status, in one transaction.

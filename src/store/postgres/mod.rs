@@ -389,31 +389,6 @@ impl Store for PgStore {
         overview::count_dead_letters(&self.pool, filter).await
     }
 
-    async fn dead_letters(
-        &self,
-        limit: u32,
-        before: Option<Uuid>,
-    ) -> Result<Page<DeadLetter>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT d.id, d.handler, d.status, d.attempts, d.last_error, d.updated_at, \
-                    e.id AS event_id, e.idempotency_key, e.event_type, e.status AS event_status, \
-                    e.created_at, e.payload \
-             FROM deliveries d JOIN events e ON e.id = d.event_id \
-             WHERE d.status = 'failed' AND ($1::uuid IS NULL OR d.id < $1) \
-             ORDER BY d.id DESC LIMIT $2",
-        )
-        .bind(before)
-        .bind(i64::from(limit) + 1)
-        .fetch_all(&self.pool)
-        .await?;
-        let mut items = rows
-            .iter()
-            .map(rows::dead_letter)
-            .collect::<Result<Vec<_>, _>>()?;
-        let next_cursor = super::cut_page(&mut items, limit, |x| x.id);
-        Ok(Page { items, next_cursor })
-    }
-
     async fn replay(&self, filter: ReplayFilter) -> Result<Vec<PendingDelivery>, StoreError> {
         let mut tx = self.pool.begin().await?;
         let rows = sqlx::query(

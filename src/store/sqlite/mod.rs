@@ -415,31 +415,6 @@ impl Store for SqliteStore {
         overview::count_dead_letters(&self.read, filter).await
     }
 
-    async fn dead_letters(
-        &self,
-        limit: u32,
-        before: Option<Uuid>,
-    ) -> Result<Page<DeadLetter>, StoreError> {
-        let mut qb = QueryBuilder::<Sqlite>::new(
-            "SELECT d.id, d.handler, d.status, d.attempts, d.last_error, d.updated_at, \
-                    e.id AS event_id, e.idempotency_key, e.event_type, e.status AS event_status, \
-                    e.created_at, e.payload \
-             FROM deliveries d JOIN events e ON e.id = d.event_id WHERE d.status = 'failed'",
-        );
-        if let Some(before) = before {
-            qb.push(" AND d.id < ").push_bind(before.to_string());
-        }
-        qb.push(" ORDER BY d.id DESC LIMIT ")
-            .push_bind(i64::from(limit) + 1);
-        let fetched = qb.build().fetch_all(&self.read).await?;
-        let mut items = fetched
-            .iter()
-            .map(rows::dead_letter)
-            .collect::<Result<Vec<_>, _>>()?;
-        let next_cursor = super::cut_page(&mut items, limit, |x| x.id);
-        Ok(Page { items, next_cursor })
-    }
-
     async fn replay(&self, filter: ReplayFilter) -> Result<Vec<PendingDelivery>, StoreError> {
         let recent = self.recent.clone();
         self.send(|reply| {
