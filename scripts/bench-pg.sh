@@ -8,14 +8,19 @@
 #   INSTANCES=2 CONNECTIONS=64 DURATION=10s scripts/bench-pg.sh ingest
 #   INSTANCES=2 EVENTS=100000 scripts/bench-pg.sh e2e
 #   WAITS=1 scripts/bench-pg.sh ingest        # also: where the time goes
+#   STATEMENTS=1 scripts/bench-pg.sh e2e      # also: the statements' time
 #
 # WAITS=1 samples pg_stat_activity every 50 ms while the load runs and prints, per
 # state and wait event, how many of the sampled hookbox connections were in it
 # (pg_stat_statements needs a server restart to load; sampling does not).
+# STATEMENTS=1 prints the top statements by total time from pg_stat_statements
+# (the server must preload it: shared_preload_libraries = 'pg_stat_statements';
+# with pg_stat_statements.track_planning = on the planning time shows too).
 #
 # PG_SERVER (default postgres://postgres@127.0.0.1:5432) must accept CREATE
 # DATABASE; the database hookbox_bench_<random> is dropped afterwards. Binaries
-# come from ${CARGO_TARGET_DIR:-target}/release (built here), copied first so that
+# come from ${CARGO_TARGET_DIR:-target}/release (built here), or from
+# BENCH_BIN_DIR without building (to compare two builds), copied first so that
 # another build sharing the target directory cannot swap them mid-run. Every other
 # hookbox setting passes through from the environment (WORKER_COUNT, …).
 set -euo pipefail
@@ -29,10 +34,14 @@ duration="${DURATION:-10s}"
 server="${PG_SERVER:-postgres://postgres@127.0.0.1:5432}"
 target="${CARGO_TARGET_DIR:-target}"
 
-echo "bench-pg.sh: building (release)" >&2
-cargo build --release -p hookbox -p loadgen --features hookbox/postgres --bin hookbox --bin loadgen
+bins="${BENCH_BIN_DIR:-}"
+if [[ -z "$bins" ]]; then
+    echo "bench-pg.sh: building (release)" >&2
+    cargo build --release -p hookbox -p loadgen --features hookbox/postgres --bin hookbox --bin loadgen
+    bins="$target/release"
+fi
 workdir="$(mktemp -d "${TMPDIR:-/tmp}/hookbox-bench-pg.XXXXXX")"
-cp "$target/release/hookbox" "$target/release/loadgen" "$workdir/"
+cp "$bins/hookbox" "$bins/loadgen" "$workdir/"
 mkdir "$workdir/handlers"
 cat >"$workdir/handlers/noop.toml" <<'TOML'
 event_types = ["bench.e2e"]
@@ -81,6 +90,10 @@ for i in $(seq 0 $((instances - 1))); do
     "$workdir/loadgen" "${args[@]}" >"$workdir/loadgen-$i.out" 2>/dev/null &
     gens+=($!)
 done
+if [[ "${STATEMENTS:-0}" == 1 ]]; then
+    psql "$server/$db" -qAt -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" \
+        -c "SELECT pg_stat_statements_reset()" >/dev/null
+fi
 sampler=""
 if [[ "${WAITS:-0}" == 1 ]]; then
     psql "$server/$db" -qAt -c "CREATE UNLOGGED TABLE hookbox_bench_waits (state text, wait text)" >/dev/null
@@ -103,6 +116,15 @@ if [[ -n "$sampler" ]]; then
     psql "$server/$db" -qAt -F $'\t' -c "SELECT state, wait, count(*),
         round(100.0 * count(*) / sum(count(*)) OVER (), 1) || '%'
         FROM hookbox_bench_waits GROUP BY 1, 2 ORDER BY 3 DESC LIMIT 15"
+fi
+if [[ "${STATEMENTS:-0}" == 1 ]]; then
+    echo "--- statements by total time: calls, total ms, mean ms, rows, plans, plan ms, statement"
+    psql "$server/$db" -qAt -F $'\t' -c "SELECT calls, round(total_exec_time::numeric, 1),
+        round(mean_exec_time::numeric, 3), rows, plans, round(total_plan_time::numeric, 1),
+        left(regexp_replace(query, '\s+', ' ', 'g'), 110)
+        FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database
+            WHERE datname = current_database())
+        ORDER BY total_exec_time + total_plan_time DESC LIMIT 12"
 fi
 for i in $(seq 0 $((instances - 1))); do
     echo "--- load generator $((i + 1)) -> ${urls[$i]}"

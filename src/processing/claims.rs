@@ -13,6 +13,11 @@
 //! - the next waiting retry is due, or a lease held by another instance expires;
 //! - [`FALLBACK_POLL`] passed (a safety net; nothing relies on it).
 //!
+//! A job gives its queue place back as soon as its attempt ran: its outcome waits
+//! for the finisher's next group commit while the workers go on (at most
+//! [`MAX_RECORDING`] outcomes wait at once). The lease keeps the delivery until
+//! then, and the next delivery of an ordering key is not claimable before it.
+//!
 //! While a delivery is held its lease (`locked_until`) is renewed every third of
 //! `LEASE_TIMEOUT`; an instance that dies stops renewing, and once its leases expire
 //! any instance claims those deliveries again (at-least-once). Only deliveries the
@@ -30,7 +35,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use futures_util::future::BoxFuture;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -48,6 +54,10 @@ pub(crate) const FALLBACK_POLL: Duration = Duration::from_secs(5);
 
 /// How often the shared backlog is counted for backpressure.
 pub(crate) const BACKLOG_REFRESH: Duration = Duration::from_millis(100);
+
+/// Most outcomes waiting for their commit at once (two of the finisher's batches):
+/// a worker whose attempt ran waits while this many are.
+const MAX_RECORDING: usize = 1024;
 
 /// Longest wait after a database error before trying again.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -67,6 +77,8 @@ pub(crate) struct Claims {
     backlog: AtomicU64,
     /// Deliveries claimed and not yet seen finished: the leases to renew.
     held: Mutex<HashSet<uuid::Uuid>>,
+    /// Outcomes waiting for their commit (their jobs gave their queue place back).
+    recording: Arc<Semaphore>,
     capacity: usize,
     workers: usize,
     lease: Duration,
@@ -90,6 +102,7 @@ impl Claims {
             announce: Notify::new(),
             backlog: AtomicU64::new(0),
             held: Mutex::new(HashSet::new()),
+            recording: Arc::new(Semaphore::new(MAX_RECORDING)),
             capacity,
             workers,
             lease,
@@ -299,6 +312,13 @@ impl Feeder for Arc<Claims> {
 
     fn runs_unmarked(&self) -> bool {
         true
+    }
+
+    /// The claim decided the order and the lease holds the delivery until its
+    /// outcome commits, so the queue place is not needed meanwhile: claiming more
+    /// work does not wait for the finisher's commit.
+    fn early_release(&self) -> BoxFuture<'_, Option<OwnedSemaphorePermit>> {
+        Box::pin(async { self.recording.clone().acquire_owned().await.ok() })
     }
 
     fn after_commit(&self, _committed: bool, retry: Option<(Job, Duration)>) {

@@ -22,45 +22,53 @@ const BLOCKED: &str = "d.ordering_value IS NOT NULL AND EXISTS (
             WHERE o.handler = d.handler AND o.ordering_value = d.ordering_value
               AND o.status IN ('pending', 'processing') AND o.seq < d.seq)";
 
-/// New or running work: `pending` deliveries never tried (or replayed) and
-/// `processing` ones. Index `deliveries_fresh` (migration 0004) holds exactly these,
-/// in `seq` order; it leaves out waiting retries, however many there are.
-const FRESH: &str = "(d.status = 'processing' OR (d.status = 'pending' AND d.retry_after IS NULL))";
+/// Work never tried (or replayed): index `deliveries_ready` (migration 0010) holds
+/// exactly these, in `seq` order.
+const READY: &str = "d.status = 'pending' AND d.retry_after IS NULL";
 
 /// Retries: `pending` deliveries with a `retry_after`. Index `deliveries_retry`
 /// (migration 0004) holds exactly these by due time, so the due ones are a range.
 const RETRY: &str = "d.status = 'pending' AND d.retry_after IS NOT NULL";
+
+/// Running work: index `deliveries_leases` (migration 0010) holds exactly these by
+/// lease expiry, so the expired ones are a range.
+const LEASED: &str = "d.status = 'processing'";
 
 /// Claims due deliveries, oldest first, skipping rows another instance is claiming
 /// (`SKIP LOCKED`). Strict ordering lives here: a delivery with an ordering value is
 /// not claimable while an older one of its handler and value is unfinished (pending,
 /// waiting to retry, or processing, leased or not).
 ///
-/// Due work comes from two index walks that each stop after `$1` rows, so that a
-/// claim never reads past waiting retries (one dead subscriber can leave any number
-/// of them): fresh work in `seq` order (`pending` never tried, and `processing`
-/// whose lease expired — the live leases it passes are at most what the instances
-/// hold), and retries that are due, earliest due first. The oldest `$1` of both are
-/// claimed.
+/// Due work comes from three index walks that each stop after `$1` rows and read
+/// nothing they cannot take, so that a claim costs the same at any backlog: work
+/// never tried in `seq` order, retries that are due (earliest due first; one dead
+/// subscriber can leave any number waiting, never read), and deliveries whose lease
+/// expired (their instance died). The oldest `$1` of the three are claimed. The
+/// claimed rows are then found by primary key (`= ANY (ARRAY(…))`), which keeps
+/// the planner from joining them by a scan of the table.
 pub(super) fn claim_sql() -> String {
     format!(
-        "WITH fresh AS (
+        "WITH ready AS (
     SELECT d.id, d.seq FROM deliveries d
-    WHERE {FRESH}
-      AND (d.status = 'pending' OR d.locked_until IS NULL OR d.locked_until < now())
-      AND NOT ({BLOCKED})
+    WHERE {READY} AND NOT ({BLOCKED})
     ORDER BY d.seq
     LIMIT $1
     FOR UPDATE OF d SKIP LOCKED
 ), retried AS (
     SELECT d.id, d.seq FROM deliveries d
-    WHERE {RETRY} AND d.retry_after <= now()
-      AND NOT ({BLOCKED})
+    WHERE {RETRY} AND d.retry_after <= now() AND NOT ({BLOCKED})
     ORDER BY d.retry_after
     LIMIT $1
     FOR UPDATE OF d SKIP LOCKED
+), expired AS (
+    SELECT d.id, d.seq FROM deliveries d
+    WHERE {LEASED} AND d.locked_until < now() AND NOT ({BLOCKED})
+    ORDER BY d.locked_until
+    LIMIT $1
+    FOR UPDATE OF d SKIP LOCKED
 ), due AS (
-    SELECT id FROM (SELECT id, seq FROM fresh UNION ALL SELECT id, seq FROM retried) w
+    SELECT id FROM (SELECT id, seq FROM ready UNION ALL SELECT id, seq FROM retried
+                    UNION ALL SELECT id, seq FROM expired) w
     ORDER BY seq
     LIMIT $1
 )
@@ -68,19 +76,20 @@ UPDATE deliveries d SET status = 'processing',
     locked_until = now() + $2 * interval '1 millisecond',
     locked_by = $3,
     updated_at = now()
-FROM due, events e
-WHERE d.id = due.id AND e.id = d.event_id
+FROM events e
+WHERE d.id = ANY (ARRAY(SELECT id FROM due)) AND e.id = d.event_id
 RETURNING {TASK_COLUMNS}"
     )
 }
 
 /// Deliveries due or running, on every instance: what backpressure weighs. Retries
 /// still waiting for their `retry_after` are not work to do yet; counting them let
-/// one dead subscriber make intake answer 429 for everyone. Both counts read their
+/// one dead subscriber make intake answer 429 for everyone. Each count reads its
 /// partial index only.
 fn backlog_sql() -> String {
     format!(
-        "SELECT (SELECT count(*) FROM deliveries d WHERE {FRESH}) \
+        "SELECT (SELECT count(*) FROM deliveries d WHERE {READY}) \
+              + (SELECT count(*) FROM deliveries d WHERE {LEASED}) \
               + (SELECT count(*) FROM deliveries d WHERE {RETRY} AND d.retry_after <= now())"
     )
 }

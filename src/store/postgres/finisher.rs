@@ -1,5 +1,6 @@
 //! Group commit for attempt outcomes: one task takes every outcome waiting (up to
-//! [`MAX_BATCH`]) and records them, with their attempt rows, in one
+//! [`MAX_BATCH`], [`IN_FLIGHT`] batches at once) and records them, with their
+//! attempt rows, in one
 //! `hookbox_finish_attempts` call (migration 0006), so one commit (one WAL flush)
 //! covers the batch. Measured: with one commit per outcome the
 //! workers spent their time waiting on `WALWrite`.
@@ -11,7 +12,7 @@
 use std::sync::Arc;
 
 use sqlx::postgres::PgPool;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use tracing::{debug, warn};
 
 use crate::model::{Attempt, Finish, Timestamp};
@@ -30,30 +31,53 @@ const RECORD: &str = "SELECT hookbox_finish_attempts($1, $2, $3, $4, $5, $6, \
 /// An outcome and where to answer once it is committed.
 pub(super) type Request = (Finish, oneshot::Sender<Result<(), StoreError>>);
 
+/// Batches committing at once (each holds a pooled connection meanwhile): one
+/// gathers while another commits.
+const IN_FLIGHT: usize = 2;
+
 /// Runs until every sender is gone.
 pub(super) async fn run(pool: PgPool, owner: Arc<str>, mut rx: mpsc::Receiver<Request>) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        let finishes: Vec<&Finish> = batch.iter().map(|(f, _)| f).collect();
-        match record(&pool, &owner, &finishes, Timestamp::now()).await {
-            Ok(recorded) => {
-                lost(finishes.len(), recorded);
-                for (_, reply) in batch.drain(..) {
-                    let _ = reply.send(Ok(()));
-                }
+    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+    loop {
+        // A free slot first, so that outcomes arriving meanwhile join this batch.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let mut batch = Vec::with_capacity(MAX_BATCH);
+        if rx.recv_many(&mut batch, MAX_BATCH).await == 0 {
+            return;
+        }
+        let (pool, owner) = (pool.clone(), owner.clone());
+        tokio::spawn(async move {
+            commit(&pool, &owner, batch).await;
+            drop(slot);
+        });
+    }
+}
+
+/// Commits one batch and answers each caller. Batches in flight at once lock their
+/// events in one order (by id, `hookbox_finish_attempts`) and finish distinct
+/// deliveries, so they cannot deadlock.
+async fn commit(pool: &PgPool, owner: &str, mut batch: Vec<Request>) {
+    let finishes: Vec<&Finish> = batch.iter().map(|(f, _)| f).collect();
+    match record(pool, owner, &finishes, Timestamp::now()).await {
+        Ok(recorded) => {
+            lost(finishes.len(), recorded);
+            for (_, reply) in batch.drain(..) {
+                let _ = reply.send(Ok(()));
             }
-            Err(e) if batch.len() == 1 => {
-                warn!(error = %e, "could not record an outcome");
-                if let Some((_, reply)) = batch.pop() {
-                    let _ = reply.send(Err(e));
-                }
+        }
+        Err(e) if batch.len() == 1 => {
+            warn!(error = %e, "could not record an outcome");
+            if let Some((_, reply)) = batch.pop() {
+                let _ = reply.send(Err(e));
             }
-            Err(e) => {
-                warn!(error = %e, size = batch.len(), "outcome batch failed; recording one by one");
-                for (finish, reply) in batch.drain(..) {
-                    let one = record(&pool, &owner, &[&finish], Timestamp::now()).await;
-                    let _ = reply.send(one.map(|recorded| lost(1, recorded)));
-                }
+        }
+        Err(e) => {
+            warn!(error = %e, size = batch.len(), "outcome batch failed; recording one by one");
+            for (finish, reply) in batch.drain(..) {
+                let one = record(pool, owner, &[&finish], Timestamp::now()).await;
+                let _ = reply.send(one.map(|recorded| lost(1, recorded)));
             }
         }
     }

@@ -26,6 +26,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use tracing::warn;
 
 use super::rows::{self, SUMMARY_COLUMNS};
+use super::young::Young;
 use crate::model::{NewEvent, Status};
 use crate::store::{EventSummary, Inserted, StoreError};
 
@@ -86,7 +87,7 @@ SELECT e.*, (SELECT count(*) FROM d) AS deliveries FROM e";
 const STALE_ROUTING: &str = "HB001";
 
 /// Takes requests until every sender is gone, committing them in batches.
-pub(super) async fn run(pool: PgPool, mut rx: mpsc::Receiver<Request>) {
+pub(super) async fn run(pool: PgPool, young: Arc<Young>, mut rx: mpsc::Receiver<Request>) {
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
     // Requests whose key was already in the batch being formed: first in the next.
     let mut carried: VecDeque<Request> = VecDeque::new();
@@ -129,9 +130,11 @@ pub(super) async fn run(pool: PgPool, mut rx: mpsc::Receiver<Request>) {
             }
         }
         carried = later;
-        let pool = pool.clone();
+        let (pool, young) = (pool.clone(), young.clone());
         tokio::spawn(async move {
+            let n = batch.len() as u64;
             commit(&pool, batch).await;
+            young.inserted(&pool, n);
             drop(slot);
         });
     }

@@ -23,6 +23,7 @@ mod pull;
 mod rows;
 #[cfg(test)]
 pub(super) mod tests;
+mod young;
 
 use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
@@ -104,7 +105,7 @@ impl PgStore {
         let (finishes, rx) = mpsc::channel(4096);
         tokio::spawn(finisher::run(pool.clone(), owner.clone(), rx));
         let (inserts, rx) = mpsc::channel(intake::MAX_BATCH * 4);
-        tokio::spawn(intake::run(pool.clone(), rx));
+        tokio::spawn(intake::run(pool.clone(), Arc::default(), rx));
         Ok(Self {
             pool,
             options,
