@@ -35,6 +35,12 @@ pub(super) type Request = (Finish, oneshot::Sender<Result<(), StoreError>>);
 /// gathers while another commits.
 const IN_FLIGHT: usize = 2;
 
+/// A batch smaller than this waits [`LINGER`] for more outcomes before it commits.
+const LINGER_BELOW: usize = 64;
+
+/// How long a small batch waits for more outcomes.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// Runs until every sender is gone.
 pub(super) async fn run(pool: PgPool, owner: Arc<str>, mut rx: mpsc::Receiver<Request>) {
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
@@ -46,6 +52,18 @@ pub(super) async fn run(pool: PgPool, owner: Arc<str>, mut rx: mpsc::Receiver<Re
         let mut batch = Vec::with_capacity(MAX_BATCH);
         if rx.recv_many(&mut batch, MAX_BATCH).await == 0 {
             return;
+        }
+        if batch.len() < LINGER_BELOW {
+            // No caller waits on this commit but the worker's lease: a moment
+            // more makes a fuller batch, and each batch costs the database its
+            // statements whatever its size.
+            tokio::time::sleep(LINGER).await;
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(request) => batch.push(request),
+                    Err(_) => break,
+                }
+            }
         }
         let (pool, owner) = (pool.clone(), owner.clone());
         tokio::spawn(async move {
