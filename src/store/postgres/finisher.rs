@@ -1,7 +1,7 @@
 //! Group commit for attempt outcomes: one task takes every outcome waiting (up to
 //! [`MAX_BATCH`], [`IN_FLIGHT`] batches at once) and records them, with their
 //! attempt rows, in one
-//! `hookbox_finish_attempts` call (migration 0006), so one commit (one WAL flush)
+//! `hookbox_finish_attempts` call (migrations 0006 and 0011), so one commit (one WAL flush)
 //! covers the batch. Measured: with one commit per outcome the
 //! workers spent their time waiting on `WALWrite`.
 //!
@@ -54,9 +54,10 @@ pub(super) async fn run(pool: PgPool, owner: Arc<str>, mut rx: mpsc::Receiver<Re
             return;
         }
         if batch.len() < LINGER_BELOW {
-            // No caller waits on this commit but the worker's lease: a moment
-            // more makes a fuller batch, and each batch costs the database its
-            // statements whatever its size.
+            // No client waits on this commit (the worker moved on; the lease
+            // holds the delivery, and the next of an ordering key waits 2 ms
+            // more): a moment more makes a fuller batch, and each batch costs the
+            // database its statements whatever its size.
             tokio::time::sleep(LINGER).await;
             while batch.len() < MAX_BATCH {
                 match rx.try_recv() {
