@@ -266,13 +266,9 @@ async fn the_backlog_counts_due_and_running_work_not_waiting_retries() {
     drop(store);
 }
 
-/// An outcome PostgreSQL refuses (a NUL in text, sent here past the store's
-/// cleaning) fails alone; the outcome batched with it is recorded.
-#[tokio::test]
-async fn a_refused_outcome_fails_alone_not_with_its_batch() {
-    let Some(db) = TestDb::new().await else {
-        return;
-    };
+/// A store holding one event with two deliveries (handlers `a` and `b`), both
+/// claimed by it.
+async fn two_claimed_deliveries(db: &TestDb) -> (PgStore, Vec<crate::model::DeliveryTask>) {
     let store = PgStore::open(&db.url, 2).await.expect("open");
     store
         .pool()
@@ -291,6 +287,17 @@ async fn a_refused_outcome_fails_alone_not_with_its_batch() {
         .expect("claim")
         .tasks;
     assert_eq!(claimed.len(), 2);
+    (store, claimed)
+}
+
+/// An outcome PostgreSQL refuses (a NUL in text, sent here past the store's
+/// cleaning) fails alone; the outcome batched with it is recorded.
+#[tokio::test]
+async fn a_refused_outcome_fails_alone_not_with_its_batch() {
+    let Some(db) = TestDb::new().await else {
+        return;
+    };
+    let (store, claimed) = two_claimed_deliveries(&db).await;
     let finish = |task: &crate::model::DeliveryTask, error: &str| crate::model::Finish {
         delivery_id: task.delivery_id,
         event_id: task.event_id,
@@ -523,24 +530,7 @@ async fn attempts_are_recorded_only_with_an_outcome_that_is() {
     let Some(db) = TestDb::new().await else {
         return;
     };
-    let store = PgStore::open(&db.url, 2).await.expect("open");
-    store
-        .pool()
-        .execute(sqlx::raw_sql(
-            "INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256,
-                                 status, created_at, updated_at)
-             VALUES (gen_random_uuid(), 'k', 't', '{}', '-', 'pending', now(), now());
-             INSERT INTO deliveries (id, event_id, handler, created_at, updated_at)
-             SELECT gen_random_uuid(), id, h, now(), now() FROM events, unnest('{a,b}'::text[]) h;",
-        ))
-        .await
-        .expect("fill");
-    let claimed = store
-        .claim(2, std::time::Duration::from_secs(30))
-        .await
-        .expect("claim")
-        .tasks;
-    assert_eq!(claimed.len(), 2);
+    let (store, claimed) = two_claimed_deliveries(&db).await;
     let finish = |task: &crate::model::DeliveryTask| Finish {
         delivery_id: task.delivery_id,
         event_id: task.event_id,
