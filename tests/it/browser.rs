@@ -132,6 +132,24 @@ async fn text(c: &Client) -> String {
     }
 }
 
+/// Waits until the page a form submission leads to shows `what` (its flash
+/// message), without reloading: the flash is shown once, and the submission's
+/// navigation may still be under way when the first look reads the old page.
+async fn until_flash(c: &Client, what: &str, timeout: Duration) -> String {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let now = text(c).await;
+        if now.contains(what) {
+            return now;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never saw {what:?}; the page says:\n{now}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Waits until the page's text contains `what`, reloading every half second.
 async fn until_text(c: &Client, what: &str, timeout: Duration) -> String {
     let deadline = Instant::now() + timeout;
@@ -302,7 +320,7 @@ fn an_operator_finds_replays_and_subscribes_in_a_real_browser() {
             .click()
             .await
             .expect("replay");
-        until_text(&c, "Replayed 1 delivery", Duration::from_secs(10)).await;
+        until_flash(&c, "Replayed 1 delivery", Duration::from_secs(10)).await;
         c.goto(&format!("{base}/console/events/{id}"))
             .await
             .expect("goto");
@@ -335,7 +353,7 @@ fn an_operator_finds_replays_and_subscribes_in_a_real_browser() {
             .await
             .expect("backoff");
         form.submit().await.expect("create");
-        let page = until_text(&c, "Subscriber crm created", Duration::from_secs(10)).await;
+        let page = until_flash(&c, "Subscriber crm created", Duration::from_secs(10)).await;
         assert!(page.contains("https://crm.example.com/hooks"), "{page}");
         snap(&c, "subscribers").await;
 
