@@ -132,6 +132,21 @@ async fn text(c: &Client) -> String {
     }
 }
 
+/// Waits until the browser's address contains `what`: a submission or a click
+/// returns before its navigation is done, and the old page may already hold the
+/// text the next step waits for.
+async fn until_url(c: &Client, what: &str, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let url = c.current_url().await.expect("url").to_string();
+        if url.contains(what) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "never at {what:?}; at {url}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Waits until the page a form submission leads to shows `what` (its flash
 /// message), without reloading: the flash is shown once, and the submission's
 /// navigation may still be under way when the first look reads the old page.
@@ -261,6 +276,7 @@ fn an_operator_finds_replays_and_subscribes_in_a_real_browser() {
             .await
             .expect("type");
         filters.submit().await.expect("filter");
+        until_url(&c, "status=failed", Duration::from_secs(10)).await;
         let listed = until_text(&c, &id, Duration::from_secs(10)).await;
         assert!(!listed.contains("other.thing"), "filtered: {listed}");
         snap(&c, "events").await;
@@ -272,6 +288,12 @@ fn an_operator_finds_replays_and_subscribes_in_a_real_browser() {
             .click()
             .await
             .expect("click");
+        until_url(
+            &c,
+            &format!("/console/events/{id}"),
+            Duration::from_secs(10),
+        )
+        .await;
         let event = until_text(&c, "billing said 503", Duration::from_secs(10)).await;
         assert!(
             event.contains("<script>window.pwned=true"),
