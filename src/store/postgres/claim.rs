@@ -46,31 +46,39 @@ const LEASED: &str = "d.status = 'processing'";
 /// expired (their instance died). The oldest `$1` of the three are claimed. The
 /// claimed rows are then found by primary key (`= ANY (ARRAY(…))`), which keeps
 /// the planner from joining them by a scan of the table.
+///
+/// The limit is read through a sub-select, `(SELECT $1::bigint)`, so that no plan
+/// knows its value: with a plain `$1` each custom plan (the limit known) looked
+/// cheaper than the generic one (a tenth of the table assumed), and PostgreSQL
+/// planned the statement afresh at every claim, 0.6 ms of planning for a 1.2 ms
+/// claim (`pg_stat_statements`: 2,993 plans for 3,175 claims). Now both plans cost
+/// the same, the prepared statement keeps its generic plan, and the plan is the
+/// same walk of the same indexes.
 pub(super) fn claim_sql() -> String {
     format!(
         "WITH ready AS (
     SELECT d.id, d.seq FROM deliveries d
     WHERE {READY} AND NOT ({BLOCKED})
     ORDER BY d.seq
-    LIMIT $1
+    LIMIT (SELECT $1::bigint)
     FOR UPDATE OF d SKIP LOCKED
 ), retried AS (
     SELECT d.id, d.seq FROM deliveries d
     WHERE {RETRY} AND d.retry_after <= now() AND NOT ({BLOCKED})
     ORDER BY d.retry_after
-    LIMIT $1
+    LIMIT (SELECT $1::bigint)
     FOR UPDATE OF d SKIP LOCKED
 ), expired AS (
     SELECT d.id, d.seq FROM deliveries d
     WHERE {LEASED} AND d.locked_until < now() AND NOT ({BLOCKED})
     ORDER BY d.locked_until
-    LIMIT $1
+    LIMIT (SELECT $1::bigint)
     FOR UPDATE OF d SKIP LOCKED
 ), due AS (
     SELECT id FROM (SELECT id, seq FROM ready UNION ALL SELECT id, seq FROM retried
                     UNION ALL SELECT id, seq FROM expired) w
     ORDER BY seq
-    LIMIT $1
+    LIMIT (SELECT $1::bigint)
 )
 UPDATE deliveries d SET status = 'processing',
     locked_until = now() + $2 * interval '1 millisecond',
