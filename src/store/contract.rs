@@ -13,7 +13,9 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::{ClaimStore, ListQuery, ReplayFilter, Store};
-use crate::model::{Finish, NewDelivery, NewEvent, Status, Subscriber, Timestamp};
+use crate::model::{
+    Attempt, AttemptOutcome, Finish, NewDelivery, NewEvent, Status, Subscriber, Timestamp,
+};
 
 /// A store under test, and how its worker takes a delivery.
 struct Backend {
@@ -281,14 +283,22 @@ async fn outcomes(b: &Backend, first: &NewEvent) {
     assert!(dead.items.is_empty(), "{}", b.name);
 
     b.take(d, e).await;
-    b.store
-        .finish(outcome(d, e, Status::Completed, 3))
-        .await
-        .expect("finish");
+    let mut last = outcome(d, e, Status::Completed, 3);
+    last.attempt = Some(Attempt {
+        handler: first.deliveries[0].handler.clone(),
+        attempt: 3,
+        started_at: chrono::Utc::now(),
+        duration_ms: 5,
+        outcome: AttemptOutcome::Completed,
+        response_status: Some(204),
+        error: None,
+    });
+    b.store.finish(last).await.expect("finish");
     b.await_status(e, Status::Completed).await;
     let view = b.store.event(e).await.expect("event").expect("some");
     assert_eq!(view.attempts, 3);
     assert_eq!(view.deliveries[0].status, Status::Completed);
+    assert_eq!(b.store.list_attempts(e).await.expect("attempts").len(), 1);
 }
 
 /// Recovery's view, settling, the gauges and retention.
@@ -316,6 +326,16 @@ async fn bookkeeping(b: &Backend, first: &NewEvent, waiting: &NewEvent) {
     assert_eq!(b.store.purge(future, 1).await.expect("purge"), 1);
     assert_eq!(b.store.purge(future, 100).await.expect("purge"), 1);
     assert!(b.store.event(first.id).await.expect("event").is_none());
+    // Its deliveries and attempts went with it.
+    let gone = first.deliveries[0].id;
+    assert!(b.store.delivery_task(gone).await.expect("task").is_none());
+    assert!(
+        b.store
+            .list_attempts(first.id)
+            .await
+            .expect("attempts")
+            .is_empty()
+    );
     assert!(b.store.find_key("key-b").await.expect("find").is_none());
     assert!(b.store.event(waiting.id).await.expect("event").is_some());
 }

@@ -162,14 +162,22 @@ impl PgStore {
     }
 }
 
-/// Deletes up to `$2` terminal events created before `$1`, oldest first: the ids
-/// come from the index of terminal events by creation time (migration 0003), which
-/// a batch reads only as far as its own rows; an array of them (`= ANY`) makes the
-/// delete look each up by primary key (`IN (SELECT …)` was planned as a hash join
-/// over the whole table). Deliveries and attempts follow by cascade.
-const PURGE: &str = "DELETE FROM events WHERE id = ANY (ARRAY(SELECT id FROM events \
-     WHERE status IN ('completed', 'failed') AND created_at < $1 \
-     ORDER BY created_at LIMIT $2))";
+/// Deletes up to `$2` terminal events created before `$1`, oldest first, with
+/// their deliveries and attempts (one statement, so all or none; migration 0012
+/// dropped the cascading foreign keys). The ids come from the index of terminal
+/// events by creation time (migration 0003), which a batch reads only as far as
+/// its own rows; an array of them (`= ANY`) makes each delete look its rows up by
+/// index (`IN (SELECT …)` was planned as a hash join over the whole table).
+const PURGE: &str = "WITH doomed AS MATERIALIZED (
+    SELECT id FROM events
+    WHERE status IN ('completed', 'failed') AND created_at < $1
+    ORDER BY created_at LIMIT $2
+), deliveries_gone AS (
+    DELETE FROM deliveries WHERE event_id = ANY (ARRAY(SELECT id FROM doomed))
+), attempts_gone AS (
+    DELETE FROM attempts WHERE event_id = ANY (ARRAY(SELECT id FROM doomed))
+)
+DELETE FROM events WHERE id = ANY (ARRAY(SELECT id FROM doomed))";
 
 /// Inserts an event and its deliveries unless its key is taken. One statement, so
 /// one atomic commit. When the key is taken by an event of the same type and

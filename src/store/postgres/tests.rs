@@ -146,6 +146,7 @@ async fn retention_reads_one_batch_through_the_terminal_events_index() {
     );
     assert!(!text.contains("Sort"), "{text}");
     assert!(!text.contains("Seq Scan on events"), "{text}");
+    assert!(!text.contains("Seq Scan on deliveries"), "{text}");
     assert!(text.contains("events_pkey"), "{text}");
     assert_eq!(discarded(&plan), 0, "{text}");
     drop(store);
@@ -566,6 +567,59 @@ async fn attempts_are_recorded_only_with_an_outcome_that_is() {
     assert_eq!(attempts[0].duration_ms, 7);
     assert_eq!(attempts[0].outcome, AttemptOutcome::Completed);
     drop(store);
+}
+
+/// Retention takes an event's deliveries and attempts with it (migration 0012
+/// dropped the cascading foreign keys; the purge deletes all three itself).
+#[tokio::test]
+async fn retention_removes_deliveries_and_attempts_with_their_event() {
+    use crate::model::{Attempt, AttemptOutcome, Finish, Status, Timestamp};
+    use crate::store::Store;
+    let Some(db) = TestDb::new().await else {
+        return;
+    };
+    let (store, claimed) = two_claimed_deliveries(&db).await;
+    let event = claimed[0].event_id;
+    for task in &claimed {
+        let attempt = Attempt {
+            handler: task.handler.clone(),
+            attempt: 1,
+            started_at: chrono::Utc::now(),
+            duration_ms: 3,
+            outcome: AttemptOutcome::Completed,
+            response_status: None,
+            error: None,
+        };
+        store
+            .finish(Finish {
+                delivery_id: task.delivery_id,
+                event_id: event,
+                status: Status::Completed,
+                attempts: 1,
+                last_error: None,
+                retry_after: None,
+                attempt: Some(attempt),
+            })
+            .await
+            .expect("finish");
+    }
+    let rows = |table: &'static str| {
+        let pool = store.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!(
+                "SELECT count(*) FROM {table} WHERE event_id = $1"
+            )))
+            .bind(event)
+            .fetch_one(&pool)
+            .await
+            .expect("count")
+        }
+    };
+    assert_eq!((rows("deliveries").await, rows("attempts").await), (2, 2));
+    let future = Timestamp(chrono::Utc::now() + chrono::Duration::hours(1));
+    assert_eq!(store.purge(future, 10).await.expect("purge"), 1);
+    assert_eq!((rows("deliveries").await, rows("attempts").await), (0, 0));
+    assert!(store.event(event).await.expect("event").is_none());
 }
 
 /// A young database gets its statistics from hookbox, not a minute later from
