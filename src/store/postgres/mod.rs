@@ -55,6 +55,9 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub struct PgStore {
     pool: PgPool,
+    /// One connection for the claim, whose plan is always the generic one (see
+    /// [`claim::claim_sql`]).
+    claims: PgPool,
     options: PgConnectOptions,
     /// This instance's id in `locked_by`.
     owner: Arc<str>,
@@ -100,6 +103,15 @@ impl PgStore {
             .connect_with(options.clone())
             .await?;
         sqlx::migrate!("migrations/postgres").run(&pool).await?;
+        let claims = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .test_before_acquire(false)
+            .connect_lazy_with(
+                options
+                    .clone()
+                    .options([("plan_cache_mode", "force_generic_plan")]),
+            );
         let (owner, owns_id) = instance::take(&options, instance_id).await?;
         let owner: Arc<str> = owner.into();
         let (finishes, rx) = mpsc::channel(4096);
@@ -108,6 +120,7 @@ impl PgStore {
         tokio::spawn(intake::run(pool.clone(), Arc::default(), rx));
         Ok(Self {
             pool,
+            claims,
             options,
             owner,
             owns_id,

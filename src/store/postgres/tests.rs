@@ -120,6 +120,39 @@ async fn explain_analyze(store: &PgStore, sql: &str, bind: impl Fn(Q<'_>) -> Q<'
     plan
 }
 
+/// The plan lines of `EXPLAIN ANALYZE` of the claim as the claim's connection runs
+/// it: prepared, with the generic plan (`plan_cache_mode = force_generic_plan`),
+/// for `limit` rows (in a transaction that is rolled back).
+async fn explain_generic_claim(store: &PgStore, limit: i64) -> Vec<String> {
+    let mut conn = store.pool().acquire().await.expect("connection");
+    let prepare = format!(
+        "PREPARE generic_claim (bigint, bigint, text) AS {}",
+        super::claim::claim_sql()
+    );
+    conn.execute(sqlx::AssertSqlSafe(prepare))
+        .await
+        .expect("prepare");
+    let mut tx = conn.begin().await.expect("begin");
+    tx.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        .await
+        .expect("set");
+    let explain = format!(
+        "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE generic_claim ({limit}, 30000, 'test')"
+    );
+    let plan = sqlx::raw_sql(sqlx::AssertSqlSafe(explain))
+        .fetch_all(&mut *tx)
+        .await
+        .expect("explain")
+        .iter()
+        .map(|r| r.get::<String, _>(0))
+        .collect();
+    tx.rollback().await.expect("rollback");
+    conn.execute("DEALLOCATE generic_claim")
+        .await
+        .expect("deallocate");
+    plan
+}
+
 type Q<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
 
 /// The largest "Rows Removed by Filter" of a plan: rows read and thrown away.
@@ -158,18 +191,20 @@ async fn claims_read_due_work_without_walking_past_waiting_retries() {
         return;
     };
     let store = busy_store(&db).await;
-    let plan = explain_analyze(&store, &super::claim::claim_sql(), |q| {
+    let custom = explain_analyze(&store, &super::claim::claim_sql(), |q| {
         q.bind(8_i64).bind(30_000_i64).bind("test")
     })
     .await;
-    let text = plan.join("\n");
-    assert!(text.contains("deliveries_ready"), "{text}");
-    assert!(text.contains("deliveries_retry"), "{text}");
-    assert!(!text.contains("Seq Scan on deliveries"), "{text}");
-    assert!(
-        discarded(&plan) < 100,
-        "the claim read and discarded rows it did not claim:\n{text}"
-    );
+    for plan in [custom, explain_generic_claim(&store, 8).await] {
+        let text = plan.join("\n");
+        assert!(text.contains("deliveries_ready"), "{text}");
+        assert!(text.contains("deliveries_retry"), "{text}");
+        assert!(!text.contains("Seq Scan on deliveries"), "{text}");
+        assert!(
+            discarded(&plan) < 100,
+            "the claim read and discarded rows it did not claim:\n{text}"
+        );
+    }
     let claimed = store
         .claim(8, std::time::Duration::from_secs(30))
         .await
@@ -214,18 +249,21 @@ async fn claims_read_only_what_they_take_while_statistics_are_stale() {
         .await
         .expect("fill");
     for limit in [16_i64, 512] {
-        let plan = explain_analyze(&store, &super::claim::claim_sql(), |q| {
+        let custom = explain_analyze(&store, &super::claim::claim_sql(), |q| {
             q.bind(limit).bind(30_000_i64).bind("test")
         })
         .await;
-        let text = plan.join("\n");
-        // In seq order straight from the index: no bitmap scan and sort of the backlog.
-        assert!(text.contains("Index Scan using deliveries_ready"), "{text}");
-        assert!(!text.contains("Seq Scan on deliveries"), "{text}");
-        assert!(
-            discarded(&plan) < 100,
-            "the claim read and discarded rows it did not claim:\n{text}"
-        );
+        let generic = explain_generic_claim(&store, limit).await;
+        for plan in [custom, generic] {
+            let text = plan.join("\n");
+            // In seq order straight from the index: no bitmap scan and sort of the backlog.
+            assert!(text.contains("Index Scan using deliveries_ready"), "{text}");
+            assert!(!text.contains("Seq Scan on deliveries"), "{text}");
+            assert!(
+                discarded(&plan) < 100,
+                "the claim read and discarded rows it did not claim:\n{text}"
+            );
+        }
     }
     let claimed = store
         .claim(512, std::time::Duration::from_secs(30))
