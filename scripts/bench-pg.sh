@@ -9,10 +9,15 @@
 #   INSTANCES=2 EVENTS=100000 scripts/bench-pg.sh e2e
 #   WAITS=1 scripts/bench-pg.sh ingest        # also: where the time goes
 #   STATEMENTS=1 scripts/bench-pg.sh e2e      # also: the statements' time
+#   CPU=1 scripts/bench-pg.sh e2e             # also: the server's CPU per event
 #
 # WAITS=1 samples pg_stat_activity every 50 ms while the load runs and prints, per
 # state and wait event, how many of the sampled hookbox connections were in it
 # (pg_stat_statements needs a server restart to load; sampling does not).
+# CPU=1 prints the CPU time the local PostgreSQL server (every process named
+# postgres, with what the postmaster's exited backends used) spent while the load
+# ran, and per event or request: steadier than throughput on a machine whose
+# speed drifts, for comparing builds.
 # STATEMENTS=1 prints the top statements by total time from pg_stat_statements
 # (the server must preload it: shared_preload_libraries = 'pg_stat_statements';
 # with pg_stat_statements.track_planning = on the planning time shows too).
@@ -78,6 +83,28 @@ for i in $(seq 1 "$instances"); do
 done
 echo "bench-pg.sh: $instances instance(s) on $server/$db: ${urls[*]}" >&2
 
+# CPU seconds of the local server's processes (exited backends are in their
+# parent's cutime/cstime).
+server_cpu() {
+    python3 - <<'PY'
+import os
+total = 0
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        continue
+    if stat[stat.index("(") + 1:stat.rindex(")")] != "postgres":
+        continue
+    f = stat[stat.rindex(")") + 2:].split()
+    total += int(f[11]) + int(f[12])
+    if f[1] == "1":
+        total += int(f[13]) + int(f[14])
+print(total / os.sysconf("SC_CLK_TCK"))
+PY
+}
+[[ "${CPU:-0}" == 1 ]] && cpu_before="$(server_cpu)"
+
 per_conn=$(( (connections + instances - 1) / instances ))
 per_events=$(( events / instances ))
 gens=()
@@ -109,6 +136,17 @@ if [[ "${WAITS:-0}" == 1 ]]; then
     sampler=$!
 fi
 for g in "${gens[@]}"; do wait "$g"; done
+if [[ "${CPU:-0}" == 1 ]]; then
+    cpu_after="$(server_cpu)"
+    done_n=0
+    for i in $(seq 0 $((instances - 1))); do
+        n="$(awk '$1 == "ingest" { print $4 } $1 == "e2e" { print $3 }' "$workdir/loadgen-$i.out")"
+        done_n=$(( done_n + ${n:-0} ))
+    done
+    python3 -c "import sys; b, a, n = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]); \
+print(f'--- PostgreSQL server CPU while the load ran: {a - b:.2f} s, {1e6 * (a - b) / max(n, 1):.1f} us per event')" \
+        "$cpu_before" "$cpu_after" "$done_n"
+fi
 if [[ -n "$sampler" ]]; then
     kill "$sampler" 2>/dev/null || true
     wait "$sampler" 2>/dev/null || true
