@@ -185,25 +185,38 @@ async fn retention_reads_one_batch_through_the_terminal_events_index() {
     drop(store);
 }
 
+/// The claim's plans for `limit` rows: as a one-off statement (the limit known)
+/// and as the claim's own connection runs it (the generic plan).
+async fn claim_plans(store: &PgStore, limit: i64) -> [Vec<String>; 2] {
+    let custom = explain_analyze(store, &super::claim::claim_sql(), |q| {
+        q.bind(limit).bind(30_000_i64).bind("test")
+    })
+    .await;
+    [custom, explain_generic_claim(store, limit).await]
+}
+
+/// Asserts that a claim's `plan` walks `deliveries_ready`, scans no table and
+/// throws away next to nothing; answers the plan's text.
+fn reads_only_what_it_claims(plan: &[String]) -> String {
+    let text = plan.join("\n");
+    assert!(text.contains("deliveries_ready"), "{text}");
+    assert!(!text.contains("Seq Scan on deliveries"), "{text}");
+    assert!(
+        discarded(plan) < 100,
+        "the claim read and discarded rows it did not claim:\n{text}"
+    );
+    text
+}
+
 #[tokio::test]
 async fn claims_read_due_work_without_walking_past_waiting_retries() {
     let Some(db) = TestDb::new().await else {
         return;
     };
     let store = busy_store(&db).await;
-    let custom = explain_analyze(&store, &super::claim::claim_sql(), |q| {
-        q.bind(8_i64).bind(30_000_i64).bind("test")
-    })
-    .await;
-    for plan in [custom, explain_generic_claim(&store, 8).await] {
-        let text = plan.join("\n");
-        assert!(text.contains("deliveries_ready"), "{text}");
+    for plan in claim_plans(&store, 8).await {
+        let text = reads_only_what_it_claims(&plan);
         assert!(text.contains("deliveries_retry"), "{text}");
-        assert!(!text.contains("Seq Scan on deliveries"), "{text}");
-        assert!(
-            discarded(&plan) < 100,
-            "the claim read and discarded rows it did not claim:\n{text}"
-        );
     }
     let claimed = store
         .claim(8, std::time::Duration::from_secs(30))
@@ -249,20 +262,10 @@ async fn claims_read_only_what_they_take_while_statistics_are_stale() {
         .await
         .expect("fill");
     for limit in [16_i64, 512] {
-        let custom = explain_analyze(&store, &super::claim::claim_sql(), |q| {
-            q.bind(limit).bind(30_000_i64).bind("test")
-        })
-        .await;
-        let generic = explain_generic_claim(&store, limit).await;
-        for plan in [custom, generic] {
-            let text = plan.join("\n");
+        for plan in claim_plans(&store, limit).await {
+            let text = reads_only_what_it_claims(&plan);
             // In seq order straight from the index: no bitmap scan and sort of the backlog.
             assert!(text.contains("Index Scan using deliveries_ready"), "{text}");
-            assert!(!text.contains("Seq Scan on deliveries"), "{text}");
-            assert!(
-                discarded(&plan) < 100,
-                "the claim read and discarded rows it did not claim:\n{text}"
-            );
         }
     }
     let claimed = store
