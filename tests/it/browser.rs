@@ -151,22 +151,17 @@ async fn until_url(c: &Client, what: &str, timeout: Duration) {
 /// message), without reloading: the flash is shown once, and the submission's
 /// navigation may still be under way when the first look reads the old page.
 async fn until_flash(c: &Client, what: &str, timeout: Duration) -> String {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let now = text(c).await;
-        if now.contains(what) {
-            return now;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "never saw {what:?}; the page says:\n{now}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until_page_says(c, what, timeout, false).await
 }
 
 /// Waits until the page's text contains `what`, reloading every half second.
 async fn until_text(c: &Client, what: &str, timeout: Duration) -> String {
+    until_page_says(c, what, timeout, true).await
+}
+
+/// Reads the page's text until it contains `what`: every half second after a
+/// reload when `reload`, else every 100 ms as it stands.
+async fn until_page_says(c: &Client, what: &str, timeout: Duration, reload: bool) -> String {
     let deadline = Instant::now() + timeout;
     loop {
         let now = text(c).await;
@@ -177,8 +172,12 @@ async fn until_text(c: &Client, what: &str, timeout: Duration) -> String {
             Instant::now() < deadline,
             "never saw {what:?}; the page says:\n{now}"
         );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        c.refresh().await.expect("refresh");
+        if reload {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            c.refresh().await.expect("refresh");
+        } else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }
 

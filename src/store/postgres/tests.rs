@@ -109,15 +109,14 @@ async fn explain_analyze(store: &PgStore, sql: &str, bind: impl Fn(Q<'_>) -> Q<'
     let mut tx = store.pool().begin().await.expect("begin");
     let explain = format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {sql}");
     let query = bind(sqlx::query(sqlx::AssertSqlSafe(explain)));
-    let plan = query
-        .fetch_all(&mut *tx)
-        .await
-        .expect("explain")
-        .iter()
-        .map(|r| r.get::<String, _>(0))
-        .collect();
+    let plan = lines(query.fetch_all(&mut *tx).await.expect("explain"));
     tx.rollback().await.expect("rollback");
     plan
+}
+
+/// The text of `EXPLAIN`'s rows, one line each.
+fn lines(rows: Vec<sqlx::postgres::PgRow>) -> Vec<String> {
+    rows.iter().map(|r| r.get::<String, _>(0)).collect()
 }
 
 /// The plan lines of `EXPLAIN ANALYZE` of the claim as the claim's connection runs
@@ -139,13 +138,12 @@ async fn explain_generic_claim(store: &PgStore, limit: i64) -> Vec<String> {
     let explain = format!(
         "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE generic_claim ({limit}, 30000, 'test')"
     );
-    let plan = sqlx::raw_sql(sqlx::AssertSqlSafe(explain))
-        .fetch_all(&mut *tx)
-        .await
-        .expect("explain")
-        .iter()
-        .map(|r| r.get::<String, _>(0))
-        .collect();
+    let plan = lines(
+        sqlx::raw_sql(sqlx::AssertSqlSafe(explain))
+            .fetch_all(&mut *tx)
+            .await
+            .expect("explain"),
+    );
     tx.rollback().await.expect("rollback");
     conn.execute("DEALLOCATE generic_claim")
         .await
