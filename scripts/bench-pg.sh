@@ -9,15 +9,16 @@
 #   INSTANCES=2 EVENTS=100000 scripts/bench-pg.sh e2e
 #   WAITS=1 scripts/bench-pg.sh ingest        # also: where the time goes
 #   STATEMENTS=1 scripts/bench-pg.sh e2e      # also: the statements' time
-#   CPU=1 scripts/bench-pg.sh e2e             # also: the server's CPU per event
+#   CPU=1 scripts/bench-pg.sh e2e             # also: CPU per event (server, hookbox)
 #
 # WAITS=1 samples pg_stat_activity every 50 ms while the load runs and prints, per
 # state and wait event, how many of the sampled hookbox connections were in it
 # (pg_stat_statements needs a server restart to load; sampling does not).
 # CPU=1 prints the CPU time the local PostgreSQL server (every process named
-# postgres, with what the postmaster's exited backends used) spent while the load
-# ran, and per event or request: steadier than throughput on a machine whose
-# speed drifts, for comparing builds.
+# postgres, with what the postmaster's exited backends used) and the hookbox
+# instances spent while the load ran, per event or request, and how busy the
+# machine was: steadier than throughput on a machine whose speed drifts, for
+# comparing builds.
 # STATEMENTS=1 prints the top statements by total time from pg_stat_statements
 # (the server must preload it: shared_preload_libraries = 'pg_stat_statements';
 # with pg_stat_statements.track_planning = on the planning time shows too).
@@ -83,27 +84,33 @@ for i in $(seq 1 "$instances"); do
 done
 echo "bench-pg.sh: $instances instance(s) on $server/$db: ${urls[*]}" >&2
 
-# CPU seconds of the local server's processes (exited backends are in their
-# parent's cutime/cstime).
-server_cpu() {
-    python3 - <<'PY'
-import os
+# CPU seconds of the processes named $1 (for postgres, with what the postmaster's
+# exited backends used: they are in its cutime/cstime).
+proc_cpu() {
+    python3 - "$1" <<'PY'
+import os, sys
 total = 0
 for pid in filter(str.isdigit, os.listdir("/proc")):
     try:
         stat = open(f"/proc/{pid}/stat").read()
     except OSError:
         continue
-    if stat[stat.index("(") + 1:stat.rindex(")")] != "postgres":
+    if stat[stat.index("(") + 1:stat.rindex(")")] != sys.argv[1]:
         continue
     f = stat[stat.rindex(")") + 2:].split()
     total += int(f[11]) + int(f[12])
-    if f[1] == "1":
+    if sys.argv[1] == "postgres" and f[1] == "1":
         total += int(f[13]) + int(f[14])
 print(total / os.sysconf("SC_CLK_TCK"))
 PY
 }
-[[ "${CPU:-0}" == 1 ]] && cpu_before="$(server_cpu)"
+# CPU seconds the whole machine was busy (every core), from /proc/stat.
+machine_cpu() {
+    awk '$1 == "cpu" { print ($2 + $3 + $4 + $7 + $8) / 100 }' /proc/stat
+}
+if [[ "${CPU:-0}" == 1 ]]; then
+    cpu_before="$(proc_cpu postgres) $(proc_cpu hookbox) $(machine_cpu) $(date +%s.%N)"
+fi
 
 per_conn=$(( (connections + instances - 1) / instances ))
 per_events=$(( events / instances ))
@@ -137,15 +144,21 @@ if [[ "${WAITS:-0}" == 1 ]]; then
 fi
 for g in "${gens[@]}"; do wait "$g"; done
 if [[ "${CPU:-0}" == 1 ]]; then
-    cpu_after="$(server_cpu)"
+    cpu_after="$(proc_cpu postgres) $(proc_cpu hookbox) $(machine_cpu) $(date +%s.%N)"
     done_n=0
     for i in $(seq 0 $((instances - 1))); do
         n="$(awk '$1 == "ingest" { print $4 } $1 == "e2e" { print $3 }' "$workdir/loadgen-$i.out")"
         done_n=$(( done_n + ${n:-0} ))
     done
-    python3 -c "import sys; b, a, n = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]); \
-print(f'--- PostgreSQL server CPU while the load ran: {a - b:.2f} s, {1e6 * (a - b) / max(n, 1):.1f} us per event')" \
-        "$cpu_before" "$cpu_after" "$done_n"
+    python3 - $cpu_before $cpu_after "$done_n" "$(nproc)" <<'PY'
+import sys
+b, a = [float(x) for x in sys.argv[1:5]], [float(x) for x in sys.argv[5:9]]
+n, cores = max(int(sys.argv[9]), 1), int(sys.argv[10])
+pg, hb, busy, wall = (y - x for x, y in zip(b, a))
+print(f"--- CPU while the load ran ({wall:.1f} s): PostgreSQL server {pg:.2f} s, "
+      f"{1e6 * pg / n:.1f} us per event; hookbox {hb:.2f} s, {1e6 * hb / n:.1f} us; "
+      f"everything else {busy - pg - hb:.2f} s; machine busy {100 * busy / (wall * cores):.0f} %")
+PY
 fi
 if [[ -n "$sampler" ]]; then
     kill "$sampler" 2>/dev/null || true

@@ -713,4 +713,14 @@ async fn young_tables_are_analysed_as_they_fill() {
             .await
             .expect("pg_class");
     assert!(tuples >= 1_000.0, "reltuples {tuples}");
+    // On a small sample: a histogram of at most 11 bounds (PostgreSQL's default
+    // target would keep up to 101).
+    let bounds: i32 = sqlx::query_scalar(
+        "SELECT array_length(histogram_bounds::text::text[], 1) FROM pg_stats \
+         WHERE tablename = 'deliveries' AND attname = 'seq'",
+    )
+    .fetch_one(store.pool())
+    .await
+    .expect("pg_stats");
+    assert!(bounds <= 11, "{bounds} histogram bounds");
 }

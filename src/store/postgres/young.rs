@@ -11,8 +11,9 @@
 //!
 //! So every [`CHECK_EVERY`] events it inserted, an instance looks at the
 //! deliveries table's statistics, and runs `ANALYZE` on the tables intake and
-//! processing fill when [`WRITES_PER_ROW`] times more rows changed since the last
-//! one than the table held then (it about doubled, or was never analysed) — while
+//! processing fill, on a small sample ([`SAMPLE`]), when [`WRITES_PER_ROW`] times
+//! more rows changed since the last one than the table held then (it about
+//! doubled, or was never analysed) — while
 //! the table is young (under
 //! [`YOUNG`] rows): past that, autovacuum's own thresholds keep up. The decision
 //! and the `ANALYZE` run under a transaction-scoped advisory lock that is only
@@ -50,6 +51,14 @@ const STATISTICS: &str = "SELECT c.reltuples::float8 AS tuples, \
 
 /// The tables intake and processing fill.
 const ANALYZE: &str = "ANALYZE events, deliveries, attempts";
+
+/// The statistics target of a young table's `ANALYZE` (PostgreSQL's default is
+/// 100): a sample of 3,000 rows instead of 30,000. What the plans need of a young
+/// table is its size and the rough shape of its columns; autovacuum's own
+/// `ANALYZE`, at the server's target, follows once the table has grown. Measured
+/// after 100,000 events end to end: 26 ms instead of 270–300 ms, where the four
+/// `ANALYZE`s of a run had been 8 % of the database's time.
+const SAMPLE: &str = "SET LOCAL default_statistics_target = 10";
 
 /// Counts this instance's inserted events and looks at the statistics every
 /// [`CHECK_EVERY`].
@@ -93,6 +102,7 @@ async fn refresh(pool: &PgPool) -> Result<bool, sqlx::Error> {
         run = due(tuples, changed);
     }
     if run {
+        sqlx::query(SAMPLE).execute(&mut *tx).await?;
         sqlx::query(ANALYZE).execute(&mut *tx).await?;
     }
     tx.commit().await?;
