@@ -265,6 +265,40 @@ impl Drop for Place {
     }
 }
 
+/// Room in this instance's queue set aside for one new event's deliveries, to be
+/// stored claimed by this instance ([`NewEvent::claim_lease`]); given back when
+/// dropped unless the commit used it ([`Reservation::used`]).
+struct Reservation {
+    dispatch: Arc<dyn Dispatch>,
+    n: usize,
+}
+
+impl Reservation {
+    /// Asks for room for `event`'s claimable deliveries and sets its lease if
+    /// there is (clears it if not).
+    fn take(dispatch: &Arc<dyn Dispatch>, event: &mut NewEvent) -> Self {
+        let n = event.claimable();
+        event.claim_lease = dispatch.reserve(n);
+        Self {
+            dispatch: dispatch.clone(),
+            n: if event.claim_lease.is_some() { n } else { 0 },
+        }
+    }
+
+    /// The deliveries were committed claimed: [`Dispatch::submit`] uses the room.
+    fn used(mut self) {
+        self.n = 0;
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if self.n > 0 {
+            self.dispatch.unreserve(self.n);
+        }
+    }
+}
+
 /// Serialises "read the subscribers, rebuild the table", so that two changes that
 /// finish together cannot install an older reading over a newer one.
 static RELOADING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -315,12 +349,14 @@ impl Inbox {
         detached(async move {
             let mut attempts = 0;
             loop {
+                let reservation = Reservation::take(&inbox.0.dispatch, &mut event);
                 let jobs = Job::for_new_event(&event);
                 let unrouted = event.deliveries.is_empty();
                 match inbox.0.store.insert_event(event.clone()).await {
                     Ok(inserted) => {
                         if inserted.created {
                             place.keep();
+                            reservation.used();
                             inbox.0.dispatch.submit(jobs);
                             inbox.count_received(&inserted.event.event_type, unrouted);
                         }

@@ -178,6 +178,29 @@ pub struct NewEvent {
     /// `deliveries` was built from (PostgreSQL refuses the commit when the
     /// subscribers changed since: [`StoreError::StaleRouting`](crate::store::StoreError)).
     pub routing_version: u64,
+    /// Set by [`Inbox::accept`](crate::inbox::Inbox::accept) when this instance's
+    /// workers have room and nothing older is due (PostgreSQL): the deliveries
+    /// without an ordering value are stored already claimed by this instance, under
+    /// a lease this long, and go straight to its workers — no claim for them.
+    /// `None` everywhere else (and the SQLite store ignores it).
+    pub claim_lease: Option<std::time::Duration>,
+}
+
+impl NewEvent {
+    /// Whether `delivery` is stored claimed by this instance ([`NewEvent::claim_lease`]):
+    /// it has no ordering value and a lease is set.
+    pub fn claims(&self, delivery: &NewDelivery) -> bool {
+        self.claim_lease.is_some() && delivery.ordering_value.is_none()
+    }
+
+    /// How many of its deliveries could be claimed at intake (those without an
+    /// ordering value: an ordered one waits its turn through the claim query).
+    pub fn claimable(&self) -> usize {
+        self.deliveries
+            .iter()
+            .filter(|d| d.ordering_value.is_none())
+            .count()
+    }
 }
 
 /// One delivery to create with its event.

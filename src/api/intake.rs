@@ -493,6 +493,7 @@ pub async fn commit(
         source,
         deliveries,
         routing_version,
+        claim_lease: None,
     };
     // The commit and the hand-off to processing run on even if the client hangs up.
     let stored = match app.inbox.accept(event).await {

@@ -13,6 +13,19 @@
 //! - the next waiting retry is due, or a lease held by another instance expires;
 //! - [`FALLBACK_POLL`] passed (a safety net; nothing relies on it).
 //!
+//! **Claimed at intake.** While the last claim found less due work than it had
+//! room for (nothing older waits in the table) and the local queue has room,
+//! intake stores a new event's deliveries without an ordering value already
+//! claimed by this instance (`processing`, this instance's lease) and hands them
+//! straight to the workers ([`Dispatch::reserve`], then [`Dispatch::submit`]):
+//! no claim, no `NOTIFY`, no wake-up of any claimer for them. An instance that
+//! keeps up with its own intake then claims almost nothing; one with a backlog
+//! leaves new work to the claim's oldest-first order. Measured with two instances
+//! end to end (`INSTANCES=2 CPU=1 scripts/bench-pg.sh e2e`): 7,970 claims of 12.5
+//! rows and 6,000 look-ups of the next due time became 2,280 claims of 2.9 rows
+//! and 1,850 look-ups, and the database's CPU per event fell from 172–199 µs to
+//! 121–124 µs.
+//!
 //! A job gives its queue place back as soon as its attempt ran: its outcome waits
 //! for the finisher's next group commit while the workers go on (at most
 //! [`MAX_RECORDING`] outcomes wait at once). The lease keeps the delivery until
@@ -32,7 +45,7 @@
 //! [`pause_after_count`]) — and compared with `QUEUE_MAXSIZE`.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -97,6 +110,11 @@ pub(crate) struct Claims {
     held: Mutex<HashSet<uuid::Uuid>>,
     /// Outcomes waiting for their commit (their jobs gave their queue place back).
     recording: Arc<Semaphore>,
+    /// Queue places set aside for deliveries being committed claimed at intake.
+    reserved: AtomicUsize,
+    /// The last claim found less due work than it had room for: nothing older
+    /// waits, so new work may go straight to this instance's workers.
+    drained: AtomicBool,
     capacity: usize,
     workers: usize,
     lease: Duration,
@@ -121,6 +139,8 @@ impl Claims {
             backlog: AtomicU64::new(0),
             held: Mutex::new(HashSet::new()),
             recording: Arc::new(Semaphore::new(MAX_RECORDING)),
+            reserved: AtomicUsize::new(0),
+            drained: AtomicBool::new(false),
             capacity,
             workers,
             lease,
@@ -197,7 +217,8 @@ impl Claims {
         loop {
             // Refill once half of what is held has been taken.
             self.queue.wait_depth_at_most(self.workers).await;
-            let room = hold.saturating_sub(self.queue.depth()).max(1);
+            let taken = self.queue.depth() + self.reserved.load(Ordering::Acquire);
+            let room = hold.saturating_sub(taken).max(1);
             let limit = u32::try_from(room).unwrap_or(u32::MAX);
             let claimed = match self.store.claim(limit, self.lease).await {
                 Ok(c) => {
@@ -210,6 +231,7 @@ impl Claims {
                 }
             };
             let full = claimed.tasks.len() == room;
+            self.drained.store(!full, Ordering::Release);
             self.held()
                 .extend(claimed.tasks.iter().map(|t| t.delivery_id));
             self.queue
@@ -290,20 +312,61 @@ impl Claims {
 }
 
 impl Dispatch for Claims {
-    /// The jobs are in the database already: wake this instance's claim loop at
-    /// once and every other instance's through `NOTIFY`.
+    /// The jobs are in the database already. Those claimed at intake go straight
+    /// to this instance's workers (their leases renewed from now on); for the rest
+    /// this instance's claim loop is woken at once and every other instance's
+    /// through `NOTIFY`.
     fn submit(&self, jobs: Vec<Job>) {
         let new = jobs
             .iter()
             .filter(|j| matches!(j, Job::Deliver { .. }))
             .count();
-        if new > 0 {
-            // Counted at once here, so that this instance's own burst is shed
-            // without waiting for the next count.
-            self.backlog.fetch_add(new as u64, Ordering::Relaxed);
+        if new == 0 {
+            return;
+        }
+        // Counted at once here, so that this instance's own burst is shed
+        // without waiting for the next count.
+        self.backlog.fetch_add(new as u64, Ordering::Relaxed);
+        let held: Vec<Job> = jobs
+            .into_iter()
+            .filter(|j| j.held_delivery().is_some())
+            .collect();
+        let claimed = held.len();
+        if claimed > 0 {
+            self.held()
+                .extend(held.iter().filter_map(Job::held_delivery));
+            self.unreserve(claimed);
+            self.queue.extend(held);
+        }
+        if new > claimed {
             self.wake.notify_one();
             self.announce.notify_one();
         }
+    }
+
+    /// Room while the last claim found nothing more due and the queue, with what
+    /// is set aside already, holds less than the claim loop keeps (twice the
+    /// workers): an idle or keeping-up instance takes its own new work without a
+    /// claim, and one with a backlog leaves it to the claim's oldest-first order.
+    fn reserve(&self, n: usize) -> Option<Duration> {
+        let hold = self.workers.saturating_mul(2);
+        if n == 0 || !self.drained.load(Ordering::Acquire) {
+            return None;
+        }
+        self.reserved
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |reserved| {
+                (self.queue.depth() + reserved + n <= hold).then_some(reserved + n)
+            })
+            .ok()
+            .map(|_| self.lease)
+    }
+
+    fn unreserve(&self, n: usize) {
+        let _ = self
+            .reserved
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
+                Some(r.saturating_sub(n))
+            });
     }
 
     fn depth(&self) -> usize {
@@ -391,6 +454,61 @@ mod tests {
             Duration::from_millis(99)
         );
         assert_eq!(pause_after_count(Duration::ZERO), BACKLOG_REFRESH);
+    }
+
+    /// New work goes straight to this instance's workers only once a claim found
+    /// nothing more due, and only as far as the queue has room; what intake set
+    /// aside is used by its commit's jobs (queued, their leases renewed) or given
+    /// back.
+    #[tokio::test]
+    async fn intake_claims_only_with_room_and_nothing_due() {
+        use crate::model::{DeliveryTask, Status};
+        let Some(db) = crate::store::postgres::tests::TestDb::new().await else {
+            return;
+        };
+        let store = crate::store::postgres::PgStore::open(&db.url, 2)
+            .await
+            .expect("open");
+        let lease = Duration::from_secs(30);
+        let claims = Claims::new(Arc::new(store), 100, 2, lease);
+        assert_eq!(claims.reserve(1), None, "no claim has run yet");
+        let (claiming, rest) = (CancellationToken::new(), CancellationToken::new());
+        let _tasks = claims.spawn(&claiming, &rest);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !claims.drained.load(Ordering::Acquire) {
+            assert!(tokio::time::Instant::now() < deadline, "no claim ran");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The claim loop keeps twice the workers: four.
+        assert_eq!(claims.reserve(3), Some(lease));
+        assert_eq!(claims.reserve(2), None, "three set aside, room for one");
+        claims.unreserve(1);
+        let task = |status| DeliveryTask {
+            delivery_id: uuid::Uuid::now_v7(),
+            handler: "h".into(),
+            status,
+            attempts: 0,
+            retry_after: None,
+            ordering_value: None,
+            created_at: Timestamp::now(),
+            event_id: uuid::Uuid::now_v7(),
+            idempotency_key: "k".into(),
+            event_type: "t".into(),
+            payload: "{}".into(),
+        };
+        let held = task(Status::Processing);
+        let held_id = held.delivery_id;
+        claims.submit(vec![
+            Job::claimed(held),
+            Job::claimed(task(Status::Processing)),
+            Job::claimed(task(Status::Pending)),
+        ]);
+        assert_eq!(claims.queue.depth(), 2, "the two claimed at intake");
+        assert_eq!(claims.reserved.load(Ordering::Acquire), 0);
+        assert!(claims.held().contains(&held_id), "its lease is renewed");
+        assert_eq!(claims.depth(), 3, "all three are backlog");
+        claiming.cancel();
+        rest.cancel();
     }
 
     #[test]

@@ -39,7 +39,9 @@ pub(crate) enum Job {
 }
 
 impl Job {
-    /// The jobs a freshly stored event needs: one per delivery, or one settle.
+    /// The jobs a freshly stored event needs: one per delivery, or one settle. A
+    /// delivery stored claimed by this instance ([`NewEvent::claims`]) is
+    /// `processing` already.
     pub(crate) fn for_new_event(event: &NewEvent) -> Vec<Job> {
         if event.deliveries.is_empty() {
             return vec![Job::Unrouted(event.id)];
@@ -54,7 +56,11 @@ impl Job {
                 task: Some(Arc::new(DeliveryTask {
                     delivery_id: d.id,
                     handler: d.handler.clone(),
-                    status: Status::Pending,
+                    status: if event.claims(d) {
+                        Status::Processing
+                    } else {
+                        Status::Pending
+                    },
                     attempts: 0,
                     retry_after: None,
                     ordering_value: d.ordering_value.clone(),
@@ -75,6 +81,19 @@ impl Job {
             delivery: task.delivery_id,
             event: task.event_id,
             task: Some(Arc::new(task)),
+        }
+    }
+
+    /// The delivery, when this job runs one that is stored claimed by this
+    /// instance already (claimed at intake: its task is `processing`).
+    pub(crate) fn held_delivery(&self) -> Option<Uuid> {
+        match self {
+            Job::Deliver {
+                delivery,
+                task: Some(task),
+                ..
+            } if task.status == Status::Processing => Some(*delivery),
+            _ => None,
         }
     }
 

@@ -78,6 +78,7 @@ fn new_event(key: &str, payload: &str, handlers: &[&str]) -> NewEvent {
         created_at: Timestamp::now(),
         source: None,
         routing_version: 0,
+        claim_lease: None,
         deliveries: handlers
             .iter()
             .map(|h| NewDelivery {

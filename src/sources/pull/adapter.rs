@@ -265,6 +265,7 @@ impl Adapter {
                                 source: Some(self.name().to_owned()),
                                 deliveries,
                                 routing_version,
+                                claim_lease: None,
                             },
                             sequence: item.sequence,
                             emitted_at: item.emitted_at,

@@ -51,7 +51,9 @@ pub(super) type Request = (NewEvent, oneshot::Sender<Result<Inserted, StoreError
 
 /// Inserts a batch of events and the deliveries of those that are new. The events
 /// come as parallel arrays ($1–$8, one element per event), the deliveries as
-/// parallel arrays too ($9–$12, with their event's id); keys are unique within a
+/// parallel arrays too ($9–$12, with their event's id, and $14: the lease in
+/// milliseconds of a delivery stored claimed by this instance, `locked_by` $15, or
+/// NULL for one stored `pending`); keys are unique within a
 /// batch. $13 is the version of the subscribers they were all routed with: when the
 /// subscribers changed since, `hookbox_routed_with` (migration 0009) fails the
 /// statement with SQLSTATE [`STALE_ROUTING`]. Answers one row per event inserted (its own id) or counted as a retry
@@ -77,10 +79,14 @@ WITH e AS (
     RETURNING id, idempotency_key, event_type, status, created_at, payload_sha256,
               received_count
 ), d AS (
-    INSERT INTO deliveries (id, event_id, handler, ordering_value, created_at, updated_at)
-    SELECT u.id, e.id, u.handler, u.ordering_value, e.created_at, e.created_at
-    FROM unnest($9::uuid[], $10::uuid[], $11::text[], $12::text[]) WITH ORDINALITY
-        AS u (id, event_id, handler, ordering_value, n)
+    INSERT INTO deliveries (id, event_id, handler, ordering_value, created_at, updated_at,
+                            status, locked_until, locked_by)
+    SELECT u.id, e.id, u.handler, u.ordering_value, e.created_at, e.created_at,
+           CASE WHEN u.lease_ms IS NULL THEN 'pending' ELSE 'processing' END,
+           now() + u.lease_ms * interval '1 millisecond',
+           CASE WHEN u.lease_ms IS NOT NULL THEN $15 END
+    FROM unnest($9::uuid[], $10::uuid[], $11::text[], $12::text[], $14::int8[])
+        WITH ORDINALITY AS u (id, event_id, handler, ordering_value, lease_ms, n)
     JOIN e ON e.id = u.event_id
     ORDER BY u.n
     RETURNING 1
@@ -92,7 +98,12 @@ SELECT e.*, (SELECT count(*) FROM d) AS deliveries FROM e";
 const STALE_ROUTING: &str = "HB001";
 
 /// Takes requests until every sender is gone, committing them in batches.
-pub(super) async fn run(pool: PgPool, young: Arc<Young>, mut rx: mpsc::Receiver<Request>) {
+pub(super) async fn run(
+    pool: PgPool,
+    owner: Arc<str>,
+    young: Arc<Young>,
+    mut rx: mpsc::Receiver<Request>,
+) {
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
     // Requests whose key was already in the batch being formed: first in the next.
     let mut carried: VecDeque<Request> = VecDeque::new();
@@ -135,10 +146,10 @@ pub(super) async fn run(pool: PgPool, young: Arc<Young>, mut rx: mpsc::Receiver<
             }
         }
         carried = later;
-        let (pool, young) = (pool.clone(), young.clone());
+        let (pool, owner, young) = (pool.clone(), owner.clone(), young.clone());
         tokio::spawn(async move {
             let n = batch.len() as u64;
-            commit(&pool, batch).await;
+            commit(&pool, &owner, batch).await;
             young.inserted(&pool, n);
             drop(slot);
         });
@@ -146,9 +157,9 @@ pub(super) async fn run(pool: PgPool, young: Arc<Young>, mut rx: mpsc::Receiver<
 }
 
 /// Commits one batch and answers each caller.
-async fn commit(pool: &PgPool, mut batch: Vec<Request>) {
+async fn commit(pool: &PgPool, owner: &str, mut batch: Vec<Request>) {
     let events: Vec<&NewEvent> = batch.iter().map(|(e, _)| e).collect();
-    match insert(pool, &events).await {
+    match insert(pool, owner, &events).await {
         Ok(answers) => {
             for ((_, reply), answer) in batch.drain(..).zip(answers) {
                 let _ = reply.send(answer);
@@ -175,7 +186,7 @@ async fn commit(pool: &PgPool, mut batch: Vec<Request>) {
         Err(e) => {
             warn!(error = %e, size = batch.len(), "intake batch failed; storing one by one");
             for (event, reply) in batch.drain(..) {
-                let answer = match insert(pool, &[&event]).await {
+                let answer = match insert(pool, owner, &[&event]).await {
                     Ok(mut one) => one.pop().unwrap_or(Err(StoreError::Batch(e.to_string()))),
                     Err(e) => Err(e),
                 };
@@ -195,6 +206,7 @@ fn refused(e: &StoreError) -> bool {
 /// per event, in order.
 async fn insert(
     pool: &PgPool,
+    owner: &str,
     events: &[&NewEvent],
 ) -> Result<Vec<Result<Inserted, StoreError>>, StoreError> {
     let n = events.len();
@@ -217,8 +229,8 @@ async fn insert(
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
-    let (mut d_ids, mut d_events, mut d_handlers, mut d_values) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut d_ids, mut d_events, mut d_handlers, mut d_values, mut d_leases) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for e in events {
         ids.push(e.id);
         keys.push(e.idempotency_key.as_str());
@@ -238,6 +250,11 @@ async fn insert(
             d_events.push(e.id);
             d_handlers.push(d.handler.as_str());
             d_values.push(d.ordering_value.as_deref());
+            d_leases.push(
+                e.claim_lease
+                    .filter(|_| e.claims(d))
+                    .map(|l| i64::try_from(l.as_millis()).unwrap_or(i64::MAX)),
+            );
         }
     }
     // A database that is away fails intake at once (503) rather than after the
@@ -259,6 +276,8 @@ async fn insert(
         .bind(d_handlers)
         .bind(d_values)
         .bind(i64::try_from(events.first().map_or(0, |e| e.routing_version)).unwrap_or(i64::MAX))
+        .bind(d_leases)
+        .bind(owner)
         .fetch_all(&mut *conn)
         .await
         .map_err(|e| match &e {

@@ -22,7 +22,7 @@ mod overview;
 mod pull;
 mod rows;
 #[cfg(test)]
-pub(super) mod tests;
+pub(crate) mod tests;
 mod young;
 
 use std::str::FromStr;
@@ -117,7 +117,7 @@ impl PgStore {
         let (finishes, rx) = mpsc::channel(4096);
         tokio::spawn(finisher::run(pool.clone(), owner.clone(), rx));
         let (inserts, rx) = mpsc::channel(intake::MAX_BATCH * 4);
-        tokio::spawn(intake::run(pool.clone(), Arc::default(), rx));
+        tokio::spawn(intake::run(pool.clone(), owner.clone(), Arc::default(), rx));
         Ok(Self {
             pool,
             claims,

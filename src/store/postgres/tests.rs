@@ -447,7 +447,89 @@ fn new_event(key: &str, payload: &str, handlers: &[&str]) -> crate::model::NewEv
             })
             .collect(),
         routing_version: 0,
+        claim_lease: None,
     }
+}
+
+/// Claimed at intake: a delivery without an ordering value is stored `processing`
+/// under this instance's lease (its `updated_at` is its creation: no claim wrote
+/// it), an ordered one `pending` for the claim; the claim takes only the latter,
+/// and the outcome of the former is recorded as any claimed delivery's.
+#[tokio::test]
+async fn deliveries_claimed_at_intake_are_stored_held_by_this_instance() {
+    use crate::store::Store;
+    let Some(db) = TestDb::new().await else {
+        return;
+    };
+    let store = PgStore::open(&db.url, 2).await.expect("open");
+    let mut event = new_event("k", "{}", &["free", "ordered"]);
+    event.deliveries[1].ordering_value = Some("v".into());
+    event.claim_lease = Some(std::time::Duration::from_secs(30));
+    assert!(
+        store
+            .insert_event(event.clone())
+            .await
+            .expect("insert")
+            .created
+    );
+    let rows = sqlx::query(
+        "SELECT handler, status, locked_by,
+                extract(epoch FROM locked_until - now())::float8 AS lease_left,
+                updated_at = created_at AS unclaimed
+         FROM deliveries ORDER BY handler",
+    )
+    .fetch_all(store.pool())
+    .await
+    .expect("deliveries");
+    let row = |i: usize| {
+        let r = &rows[i];
+        (
+            r.get::<String, _>("handler"),
+            r.get::<String, _>("status"),
+            r.get::<Option<String>, _>("locked_by"),
+            r.get::<Option<f64>, _>("lease_left"),
+            r.get::<bool, _>("unclaimed"),
+        )
+    };
+    let (handler, status, owner, lease_left, unclaimed) = row(0);
+    assert_eq!((handler.as_str(), status.as_str()), ("free", "processing"));
+    assert_eq!(owner.as_deref(), Some(store.owner()));
+    let lease_left = lease_left.expect("a lease");
+    assert!((25.0..=30.0).contains(&lease_left), "{lease_left} s left");
+    assert!(unclaimed, "no claim wrote it");
+    let (handler, status, owner, lease_left, _) = row(1);
+    assert_eq!((handler.as_str(), status.as_str()), ("ordered", "pending"));
+    assert_eq!((owner, lease_left), (None, None));
+
+    let claimed = store
+        .claim(10, std::time::Duration::from_secs(30))
+        .await
+        .expect("claim")
+        .tasks;
+    let handlers: Vec<&str> = claimed.iter().map(|t| t.handler.as_str()).collect();
+    assert_eq!(handlers, ["ordered"]);
+    for (handler, delivery) in [
+        ("free", event.deliveries[0].id),
+        ("ordered", claimed[0].delivery_id),
+    ] {
+        store
+            .finish(crate::model::Finish {
+                delivery_id: delivery,
+                event_id: event.id,
+                status: crate::model::Status::Completed,
+                attempts: 1,
+                last_error: None,
+                retry_after: None,
+                attempt: None,
+            })
+            .await
+            .unwrap_or_else(|e| panic!("finish {handler}: {e}"));
+    }
+    let status: String = sqlx::query_scalar("SELECT status FROM events")
+        .fetch_one(store.pool())
+        .await
+        .expect("event");
+    assert_eq!(status, "completed");
 }
 
 /// Group commit keeps intake's answers: many events at once (one batch or a few),
