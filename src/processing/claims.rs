@@ -100,6 +100,19 @@ const HOLD_PER_WORKER: usize = 4;
 /// a worker whose attempt ran waits while this many are.
 const MAX_RECORDING: usize = 1024;
 
+/// Held by the claim loop: once it stops (shutdown), intake claims nothing more,
+/// since no worker would take it. A delivery that intake reserved room for just
+/// before and commits after the shutdown's release stays leased until its lease
+/// expires (or this `INSTANCE_ID` starts again), like any claim whose worker
+/// stopped.
+struct StopsIntakeClaims(Arc<Claims>);
+
+impl Drop for StopsIntakeClaims {
+    fn drop(&mut self) {
+        self.0.drained.store(false, Ordering::Release);
+    }
+}
+
 /// Longest wait after a database error before trying again.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
@@ -221,6 +234,7 @@ impl Claims {
     }
 
     async fn claim_loop(self: Arc<Self>) {
+        let _stopped = StopsIntakeClaims(self.clone());
         let announced = self.store.announcements();
         let hold = self.workers.saturating_mul(HOLD_PER_WORKER);
         let mut backoff = Backoff::default();
@@ -469,7 +483,7 @@ mod tests {
     /// New work goes straight to this instance's workers only once a claim found
     /// nothing more due, and only as far as the queue has room; what intake set
     /// aside is used by its commit's jobs (queued, their leases renewed) or given
-    /// back.
+    /// back; once claiming stopped (shutdown), nothing is claimed at intake.
     #[tokio::test]
     async fn intake_claims_only_with_room_and_nothing_due() {
         use crate::model::{DeliveryTask, Status};
@@ -517,7 +531,16 @@ mod tests {
         assert_eq!(claims.reserved.load(Ordering::Acquire), 0);
         assert!(claims.held().contains(&held_id), "its lease is renewed");
         assert_eq!(claims.depth(), 3, "all three are backlog");
+        claims.queue.close();
         claiming.cancel();
+        while claims.drained.load(Ordering::Acquire) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "claiming did not stop"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(claims.reserve(1), None, "no claiming after shutdown");
         rest.cancel();
     }
 
