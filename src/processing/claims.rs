@@ -170,6 +170,11 @@ impl Claims {
         })
     }
 
+    /// How many claimed deliveries the claim loop and intake keep queued at most.
+    fn hold(&self) -> usize {
+        self.workers.saturating_mul(HOLD_PER_WORKER)
+    }
+
     /// The local queue the workers take claimed deliveries from.
     pub(crate) fn queue(&self) -> Arc<Queue<Job>> {
         self.queue.clone()
@@ -236,7 +241,7 @@ impl Claims {
     async fn claim_loop(self: Arc<Self>) {
         let _stopped = StopsIntakeClaims(self.clone());
         let announced = self.store.announcements();
-        let hold = self.workers.saturating_mul(HOLD_PER_WORKER);
+        let hold = self.hold();
         let mut backoff = Backoff::default();
         loop {
             // Refill once half of what is held has been taken.
@@ -370,10 +375,11 @@ impl Dispatch for Claims {
 
     /// Room while the last claim found nothing more due and the queue, with what
     /// is set aside already, holds less than the claim loop keeps
-    /// ([`HOLD_PER_WORKER`] times the workers): an idle or keeping-up instance takes its own new work without a
-    /// claim, and one with a backlog leaves it to the claim's oldest-first order.
+    /// ([`HOLD_PER_WORKER`] times the workers): an idle or keeping-up instance
+    /// takes its own new work without a claim, and one with a backlog leaves it to
+    /// the claim's oldest-first order.
     fn reserve(&self, n: usize) -> Option<Duration> {
-        let hold = self.workers.saturating_mul(HOLD_PER_WORKER);
+        let hold = self.hold();
         if n == 0 || !self.drained.load(Ordering::Acquire) {
             return None;
         }
