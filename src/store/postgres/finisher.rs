@@ -1,7 +1,7 @@
 //! Group commit for attempt outcomes: one task takes every outcome waiting (up to
 //! [`MAX_BATCH`], [`IN_FLIGHT`] batches at once) and records them, with their
 //! attempt rows, in one
-//! `hookbox_finish_attempts` call (migrations 0006 and 0011), so one commit (one WAL flush)
+//! `hookbox_finish_attempts` call (migrations 0006, 0011 and 0013), so one commit (one WAL flush)
 //! covers the batch. Measured: with one commit per outcome the
 //! workers spent their time waiting on `WALWrite`.
 //!
