@@ -410,3 +410,53 @@ fn a_second_live_process_with_the_same_id_takes_nothing_back() {
     drop(second);
     drop(first);
 }
+
+/// Claimed at intake: an idle instance stores a new delivery `processing` under
+/// its own lease in the intake commit and runs it without a claim (no claim ever
+/// wrote the row: its `updated_at` is still its `created_at`). A delivery with an
+/// ordering value goes through the claim, which keeps strict ordering.
+#[test]
+fn an_idle_instance_runs_new_work_without_a_claim_unless_it_is_ordered() {
+    let Some(db) = Db::postgres() else { return };
+    let dir = new_dir();
+    let go = dir.path().join("go");
+    let s = script(
+        dir.path(),
+        "wait.sh",
+        &format!("while [ ! -e {} ]; do sleep 0.05; done", go.display()),
+    );
+    exec_manifest(dir.path(), "free", r#"["free"]"#, &s, "timeout = \"300s\"");
+    exec_manifest(
+        dir.path(),
+        "ordered",
+        r#"["ordered"]"#,
+        &s,
+        "timeout = \"300s\"\nordering_key = \"/key\"",
+    );
+    let env = [("INSTANCE_ID", "node-i"), ("WORKER_COUNT", "2")];
+    let node = Hookbox::restart(dir, &db.env(&env));
+    let running = |handler: &str, unclaimed: bool| {
+        db.scalar(&format!(
+            "SELECT count(*) FROM deliveries WHERE handler = '{handler}' \
+             AND status = 'processing' AND locked_by = 'node-i' \
+             AND (updated_at = created_at) = {unclaimed}"
+        ))
+    };
+    let mut ids = Vec::new();
+    for event_type in ["free", "ordered"] {
+        let (status, body) = post_to(
+            &node.url,
+            &json!({"event_type": event_type, "payload": {"key": "k"}}),
+            None,
+        );
+        assert_eq!(status, 202, "{body}");
+        ids.push(body["id"].as_str().expect("id").to_owned());
+    }
+    eventually(Duration::from_secs(30), "both deliveries running", || {
+        (running("free", true) == 1 && running("ordered", false) == 1).then_some(())
+    });
+    std::fs::write(&go, "").expect("go");
+    for id in &ids {
+        node.wait_status(id, "completed", Duration::from_secs(60));
+    }
+}
