@@ -10,6 +10,21 @@ use serde_json::{Value, json};
 
 use crate::harness::{Db, Hookbox, eventually, exec_manifest, new_dir, post_all, post_to, script};
 
+/// A handler script in `dir` whose attempts wait until the file `go` exists, then
+/// run `then` (shell): returns `go` and the script.
+fn gated(dir: &std::path::Path, then: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let go = dir.join("go");
+    let s = script(
+        dir,
+        "gated.sh",
+        &format!(
+            "while [ ! -e {} ]; do sleep 0.05; done\n{then}",
+            go.display()
+        ),
+    );
+    (go, s)
+}
+
 #[test]
 fn three_instances_complete_every_event_when_one_is_killed_9() {
     let Some(db) = Db::postgres() else { return };
@@ -18,13 +33,10 @@ fn three_instances_complete_every_event_when_one_is_killed_9() {
     // Attempts wait for `go`, so that whatever the machine's speed every instance
     // still holds claims when one is killed (without the gate a fast run finished
     // the backlog while the posts were still going).
-    let go = dir.path().join("go");
-    let s = script(
+    let (go, s) = gated(
         dir.path(),
-        "record.sh",
         &format!(
-            "while [ ! -e {} ]; do sleep 0.05; done\necho \"$HOOKBOX_EVENT_ID\" >> {}; sleep 0.02",
-            go.display(),
+            "echo \"$HOOKBOX_EVENT_ID\" >> {}; sleep 0.02",
             log.display()
         ),
     );
@@ -314,16 +326,10 @@ fn a_subscriber_created_here_and_deleted_there_at_once_stops_routing_here() {
 fn a_restarted_instance_takes_back_its_own_claims_at_once() {
     let Some(db) = Db::postgres() else { return };
     let dir = new_dir();
-    let go = dir.path().join("go");
     let log = dir.path().join("handled");
-    let s = script(
+    let (go, s) = gated(
         dir.path(),
-        "wait.sh",
-        &format!(
-            "while [ ! -e {} ]; do sleep 0.05; done\necho \"$HOOKBOX_EVENT_ID\" >> {}",
-            go.display(),
-            log.display()
-        ),
+        &format!("echo \"$HOOKBOX_EVENT_ID\" >> {}", log.display()),
     );
     exec_manifest(dir.path(), "slow", r#"["slow"]"#, &s, "timeout = \"300s\"");
     let env = [
@@ -369,12 +375,7 @@ fn a_restarted_instance_takes_back_its_own_claims_at_once() {
 fn a_second_live_process_with_the_same_id_takes_nothing_back() {
     let Some(db) = Db::postgres() else { return };
     let dir = new_dir();
-    let go = dir.path().join("go");
-    let s = script(
-        dir.path(),
-        "wait.sh",
-        &format!("while [ ! -e {} ]; do sleep 0.05; done", go.display()),
-    );
+    let (go, s) = gated(dir.path(), "");
     exec_manifest(dir.path(), "slow", r#"["slow"]"#, &s, "timeout = \"300s\"");
     let env = [("INSTANCE_ID", "twin"), ("LEASE_TIMEOUT", "10m")];
     let first = Hookbox::restart(dir.clone(), &db.env(&env));
@@ -419,12 +420,7 @@ fn a_second_live_process_with_the_same_id_takes_nothing_back() {
 fn an_idle_instance_runs_new_work_without_a_claim_unless_it_is_ordered() {
     let Some(db) = Db::postgres() else { return };
     let dir = new_dir();
-    let go = dir.path().join("go");
-    let s = script(
-        dir.path(),
-        "wait.sh",
-        &format!("while [ ! -e {} ]; do sleep 0.05; done", go.display()),
-    );
+    let (go, s) = gated(dir.path(), "");
     exec_manifest(dir.path(), "free", r#"["free"]"#, &s, "timeout = \"300s\"");
     exec_manifest(
         dir.path(),
