@@ -429,8 +429,24 @@ fn an_idle_instance_runs_new_work_without_a_claim_unless_it_is_ordered() {
         &s,
         "timeout = \"300s\"\nordering_key = \"/key\"",
     );
+    let done = script(dir.path(), "done.sh", "");
+    exec_manifest(dir.path(), "warm", r#"["warm"]"#, &done, "");
     let env = [("INSTANCE_ID", "node-i"), ("WORKER_COUNT", "2")];
     let node = Hookbox::restart(dir, &db.env(&env));
+    // Ready is not idle: until its first claim has found the table empty, an
+    // instance leaves new work to the claim (on a loaded machine that claim can
+    // come after the first post). A completed event shows a claim has run.
+    let (status, body) = post_to(
+        &node.url,
+        &json!({"event_type": "warm", "payload": {}}),
+        None,
+    );
+    assert_eq!(status, 202, "{body}");
+    node.wait_status(
+        body["id"].as_str().expect("id"),
+        "completed",
+        Duration::from_secs(60),
+    );
     let running = |handler: &str, unclaimed: bool| {
         db.scalar(&format!(
             "SELECT count(*) FROM deliveries WHERE handler = '{handler}' \
