@@ -10,6 +10,13 @@
 #   WAITS=1 scripts/bench-pg.sh ingest        # also: where the time goes
 #   STATEMENTS=1 scripts/bench-pg.sh e2e      # also: the statements' time
 #   CPU=1 scripts/bench-pg.sh e2e             # also: CPU per event (server, hookbox)
+#   INSTANCE_CPU=0.4 INSTANCES=2 scripts/bench-pg.sh ingest   # each instance capped
+#
+# INSTANCE_CPU=C runs each instance in its own CPU cgroup capped at C cores (needs
+# root and the cgroup v1 `cpu` controller at /sys/fs/cgroup/cpu, or cgroup v2 with
+# `cpu` enabled at /sys/fs/cgroup): as if each instance had a machine of C cores of
+# its own, which is what a second instance brings in production. Without it every
+# instance, the server and the load generators share this machine's cores.
 #
 # WAITS=1 samples pg_stat_activity every 50 ms while the load runs and prints, per
 # state and wait event, how many of the sampled hookbox connections were in it
@@ -62,6 +69,7 @@ cleanup() {
     for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
     for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
     if [[ $status -ne 0 ]]; then tail -n 20 "$workdir"/hookbox-*.log >&2 || true; fi
+    for cg in "${cgroups[@]}"; do rmdir "$cg" 2>/dev/null || true; done
     psql "$server/postgres" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" || true
     rm -rf "$workdir"
     exit "$status"
@@ -70,11 +78,37 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# With INSTANCE_CPU set: makes instance $1's cgroup, capped at that many cores, and
+# sets `procs` to the file a process joins it by; without: sets it empty.
+cgroups=()
+procs=""
+capped_cgroup() {
+    procs=""
+    [[ -n "${INSTANCE_CPU:-}" ]] || return 0
+    local quota cg
+    quota="$(python3 -c "import sys; print(round(float(sys.argv[1]) * 100000))" "$INSTANCE_CPU")"
+    if [[ -w /sys/fs/cgroup/cpu ]]; then
+        cg="/sys/fs/cgroup/cpu/hookbox-bench-$$-$1"
+        mkdir "$cg" && echo 100000 >"$cg/cpu.cfs_period_us" && echo "$quota" >"$cg/cpu.cfs_quota_us"
+    elif grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+        cg="/sys/fs/cgroup/hookbox-bench-$$-$1"
+        mkdir "$cg" && echo "$quota 100000" >"$cg/cpu.max"
+    else
+        echo "bench-pg.sh: INSTANCE_CPU needs a writable cgroup cpu controller" >&2
+        exit 2
+    fi
+    cgroups+=("$cg")
+    procs="$cg/cgroup.procs"
+}
+
 urls=()
 for i in $(seq 1 "$instances"); do
     port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    capped_cgroup "$i"
     DATABASE_URL="$server/$db" BIND_ADDR="127.0.0.1:$port" HANDLERS_DIR="$workdir/handlers" \
-        LOG_LEVEL="${LOG_LEVEL:-warn}" "$workdir/hookbox" serve >"$workdir/hookbox-$i.log" 2>&1 &
+        LOG_LEVEL="${LOG_LEVEL:-warn}" CGROUP_PROCS="$procs" \
+        sh -c '[ -z "$CGROUP_PROCS" ] || echo $$ >"$CGROUP_PROCS"; unset CGROUP_PROCS; exec "$0" serve' \
+        "$workdir/hookbox" >"$workdir/hookbox-$i.log" 2>&1 &
     pids+=($!)
     urls+=("http://127.0.0.1:$port")
     for _ in $(seq 1 300); do
