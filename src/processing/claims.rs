@@ -101,17 +101,23 @@ const HOLD_PER_WORKER: usize = 4;
 const MAX_RECORDING: usize = 1024;
 
 /// Held by the claim loop: once it stops (shutdown), intake claims nothing more,
-/// since no worker would take it. A delivery that intake reserved room for just
-/// before and commits after the shutdown's release stays leased until its lease
-/// expires (or this `INSTANCE_ID` starts again), like any claim whose worker
-/// stopped.
+/// since no worker would take it ([`Claims::close_intake_claims`]).
 struct StopsIntakeClaims(Arc<Claims>);
 
 impl Drop for StopsIntakeClaims {
     fn drop(&mut self) {
-        self.0.drained.store(false, Ordering::Release);
+        self.0.close_intake_claims();
     }
 }
+
+/// Set in [`Claims::reserved`] once intake may claim nothing more: in the same
+/// word as the count, so that no reservation can slip in after the close.
+const CLOSED: usize = 1 << (usize::BITS - 1);
+
+/// How long the shutdown's release waits for intake commits that reserved room
+/// before claiming stopped (a commit waits at most a few hundred milliseconds for
+/// a connection; past this their rows are rescued when their lease expires).
+const RESERVATIONS_GRACE: Duration = Duration::from_secs(2);
 
 /// Longest wait after a database error before trying again.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -133,8 +139,11 @@ pub(crate) struct Claims {
     held: Mutex<HashSet<uuid::Uuid>>,
     /// Outcomes waiting for their commit (their jobs gave their queue place back).
     recording: Arc<Semaphore>,
-    /// Queue places set aside for deliveries being committed claimed at intake.
+    /// Queue places set aside for deliveries being committed claimed at intake,
+    /// with [`CLOSED`] set once no more may be.
     reserved: AtomicUsize,
+    /// Woken when reserved places are used or given back after the close.
+    unreserved: Notify,
     /// The last claim found less due work than it had room for: nothing older
     /// waits, so new work may go straight to this instance's workers.
     drained: AtomicBool,
@@ -163,11 +172,52 @@ impl Claims {
             held: Mutex::new(HashSet::new()),
             recording: Arc::new(Semaphore::new(MAX_RECORDING)),
             reserved: AtomicUsize::new(0),
+            unreserved: Notify::new(),
             drained: AtomicBool::new(false),
             capacity,
             workers,
             lease,
         })
+    }
+
+    /// Queue places set aside by intake and not yet used or given back.
+    fn reserved_places(&self) -> usize {
+        self.reserved.load(Ordering::Acquire) & !CLOSED
+    }
+
+    /// From now on intake claims nothing (claiming stopped: no worker would take
+    /// it); reservations already made are still used or given back.
+    fn close_intake_claims(&self) {
+        self.drained.store(false, Ordering::Release);
+        self.reserved.fetch_or(CLOSED, Ordering::AcqRel);
+    }
+
+    /// Closes intake claims and waits (at most [`RESERVATIONS_GRACE`]) until the
+    /// intake commits that had reserved room are done: their rows are then
+    /// committed claimed by this instance, and the release that follows gives
+    /// them back too.
+    async fn settle_reservations(&self) {
+        self.close_intake_claims();
+        let settled = async {
+            loop {
+                let changed = self.unreserved.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                if self.reserved_places() == 0 {
+                    return;
+                }
+                changed.await;
+            }
+        };
+        if tokio::time::timeout(RESERVATIONS_GRACE, settled)
+            .await
+            .is_err()
+        {
+            warn!(
+                places = self.reserved_places(),
+                "intake commits still running at shutdown; their deliveries are rescued when their lease expires"
+            );
+        }
     }
 
     /// How many claimed deliveries the claim loop and intake keep queued at most.
@@ -227,8 +277,11 @@ impl Claims {
     }
 
     /// Gives back what this instance still holds (after its workers stopped), so
-    /// that other instances take it at once rather than after the lease.
+    /// that other instances take it at once rather than after the lease — once
+    /// the intake commits that reserved room have stored their deliveries
+    /// ([`Claims::settle_reservations`]).
     pub(crate) async fn release(&self) {
+        self.settle_reservations().await;
         match self.store.release().await {
             Ok(0) => {}
             Ok(n) => info!(deliveries = n, "released unfinished claims"),
@@ -246,7 +299,7 @@ impl Claims {
         loop {
             // Refill once half of what is held has been taken.
             self.queue.wait_depth_at_most(self.workers).await;
-            let taken = self.queue.depth() + self.reserved.load(Ordering::Acquire);
+            let taken = self.queue.depth() + self.reserved_places();
             let room = hold.saturating_sub(taken).max(1);
             let limit = u32::try_from(room).unwrap_or(u32::MAX);
             let claimed = match self.store.claim(limit, self.lease).await {
@@ -385,18 +438,24 @@ impl Dispatch for Claims {
         }
         self.reserved
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |reserved| {
-                (self.queue.depth() + reserved + n <= hold).then_some(reserved + n)
+                (reserved & CLOSED == 0 && self.queue.depth() + reserved + n <= hold)
+                    .then_some(reserved + n)
             })
             .ok()
             .map(|_| self.lease)
     }
 
     fn unreserve(&self, n: usize) {
-        let _ = self
+        let before = self
             .reserved
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
-                Some(r.saturating_sub(n))
-            });
+                Some((r & CLOSED) | (r & !CLOSED).saturating_sub(n))
+            })
+            .unwrap_or_else(|r| r);
+        // Only the shutdown's release waits, and only once closed.
+        if before & CLOSED != 0 {
+            self.unreserved.notify_waiters();
+        }
     }
 
     fn depth(&self) -> usize {
@@ -534,7 +593,7 @@ mod tests {
             Job::claimed(task(Status::Pending)),
         ]);
         assert_eq!(claims.queue.depth(), 2, "the two claimed at intake");
-        assert_eq!(claims.reserved.load(Ordering::Acquire), 0);
+        assert_eq!(claims.reserved_places(), 0);
         assert!(claims.held().contains(&held_id), "its lease is renewed");
         assert_eq!(claims.depth(), 3, "all three are backlog");
         claims.queue.close();
@@ -547,6 +606,64 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert_eq!(claims.reserve(1), None, "no claiming after shutdown");
+        rest.cancel();
+    }
+
+    /// The shutdown's release waits for an intake commit that reserved room before
+    /// claiming stopped, so that the delivery it commits claimed by this instance
+    /// is given back too instead of staying leased until its lease expires; no
+    /// reservation is made once the release began.
+    #[tokio::test]
+    async fn the_release_waits_for_intake_commits_that_reserved_room() {
+        use crate::store::Store;
+        let Some(db) = crate::store::postgres::tests::TestDb::new().await else {
+            return;
+        };
+        let store = Arc::new(
+            crate::store::postgres::PgStore::open(&db.url, 2)
+                .await
+                .expect("open"),
+        );
+        let lease = Duration::from_secs(30);
+        let claims = Claims::new(store.clone(), 100, 2, lease);
+        let (claiming, rest) = (CancellationToken::new(), CancellationToken::new());
+        let _tasks = claims.spawn(&claiming, &rest);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !claims.drained.load(Ordering::Acquire) {
+            assert!(tokio::time::Instant::now() < deadline, "no claim ran");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Intake reserves room, then shutdown stops claiming and releases while
+        // its commit is still under way.
+        assert_eq!(claims.reserve(1), Some(lease));
+        claiming.cancel();
+        let releasing = tokio::spawn({
+            let claims = claims.clone();
+            async move { claims.release().await }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!releasing.is_finished(), "released before the commit");
+        assert_eq!(claims.reserve(1), None, "no reservation once releasing");
+        let mut event = crate::store::postgres::tests::new_event("k", "{}", &["h"]);
+        event.claim_lease = Some(lease);
+        assert!(
+            store
+                .insert_event(event.clone())
+                .await
+                .expect("insert")
+                .created
+        );
+        claims.submit(Job::for_new_event(&event));
+        tokio::time::timeout(Duration::from_secs(5), releasing)
+            .await
+            .expect("the release went on after the commit")
+            .expect("release");
+        let (status, owner): (String, Option<String>) =
+            sqlx::query_as("SELECT status, locked_by FROM deliveries")
+                .fetch_one(store.pool())
+                .await
+                .expect("delivery");
+        assert_eq!((status.as_str(), owner), ("pending", None), "given back");
         rest.cancel();
     }
 

@@ -429,7 +429,9 @@ async fn retries_are_due_on_the_database_clock() {
     drop(store);
 }
 
-fn new_event(key: &str, payload: &str, handlers: &[&str]) -> crate::model::NewEvent {
+/// A new event of type `t` with one delivery per handler (for the store tests and
+/// the claimer's).
+pub(crate) fn new_event(key: &str, payload: &str, handlers: &[&str]) -> crate::model::NewEvent {
     crate::model::NewEvent {
         id: uuid::Uuid::now_v7(),
         idempotency_key: key.into(),
