@@ -545,6 +545,31 @@ mod tests {
         assert_eq!(pause_after_count(Duration::ZERO), BACKLOG_REFRESH);
     }
 
+    /// A claimer for two workers with 30 s leases on a fresh PostgreSQL database
+    /// (`None` when there is none to test against), and its store.
+    async fn claimer() -> Option<(
+        crate::store::postgres::tests::TestDb,
+        Arc<crate::store::postgres::PgStore>,
+        Arc<Claims>,
+    )> {
+        let db = crate::store::postgres::tests::TestDb::new().await?;
+        let store = crate::store::postgres::PgStore::open(&db.url, 2)
+            .await
+            .expect("open");
+        let store = Arc::new(store);
+        let claims = Claims::new(store.clone(), 100, 2, Duration::from_secs(30));
+        Some((db, store, claims))
+    }
+
+    /// Waits (at most ten seconds) until `done` holds.
+    async fn until(what: &str, done: impl Fn() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(tokio::time::Instant::now() < deadline, "{what}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// New work goes straight to this instance's workers only once a claim found
     /// nothing more due, and only as far as the queue has room; what intake set
     /// aside is used by its commit's jobs (queued, their leases renewed) or given
@@ -552,22 +577,14 @@ mod tests {
     #[tokio::test]
     async fn intake_claims_only_with_room_and_nothing_due() {
         use crate::model::{DeliveryTask, Status};
-        let Some(db) = crate::store::postgres::tests::TestDb::new().await else {
+        let Some((_db, _store, claims)) = claimer().await else {
             return;
         };
-        let store = crate::store::postgres::PgStore::open(&db.url, 2)
-            .await
-            .expect("open");
-        let lease = Duration::from_secs(30);
-        let claims = Claims::new(Arc::new(store), 100, 2, lease);
+        let lease = claims.lease;
         assert_eq!(claims.reserve(1), None, "no claim has run yet");
         let (claiming, rest) = (CancellationToken::new(), CancellationToken::new());
         let _tasks = claims.spawn(&claiming, &rest);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while !claims.drained.load(Ordering::Acquire) {
-            assert!(tokio::time::Instant::now() < deadline, "no claim ran");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        until("no claim ran", || claims.drained.load(Ordering::Acquire)).await;
         // The claim loop keeps four times the workers: eight.
         assert_eq!(claims.reserve(7), Some(lease));
         assert_eq!(claims.reserve(2), None, "seven set aside, room for one");
@@ -598,13 +615,10 @@ mod tests {
         assert_eq!(claims.depth(), 3, "all three are backlog");
         claims.queue.close();
         claiming.cancel();
-        while claims.drained.load(Ordering::Acquire) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "claiming did not stop"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        until("claiming did not stop", || {
+            !claims.drained.load(Ordering::Acquire)
+        })
+        .await;
         assert_eq!(claims.reserve(1), None, "no claiming after shutdown");
         rest.cancel();
     }
@@ -616,23 +630,13 @@ mod tests {
     #[tokio::test]
     async fn the_release_waits_for_intake_commits_that_reserved_room() {
         use crate::store::Store;
-        let Some(db) = crate::store::postgres::tests::TestDb::new().await else {
+        let Some((_db, store, claims)) = claimer().await else {
             return;
         };
-        let store = Arc::new(
-            crate::store::postgres::PgStore::open(&db.url, 2)
-                .await
-                .expect("open"),
-        );
-        let lease = Duration::from_secs(30);
-        let claims = Claims::new(store.clone(), 100, 2, lease);
+        let lease = claims.lease;
         let (claiming, rest) = (CancellationToken::new(), CancellationToken::new());
         let _tasks = claims.spawn(&claiming, &rest);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while !claims.drained.load(Ordering::Acquire) {
-            assert!(tokio::time::Instant::now() < deadline, "no claim ran");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        until("no claim ran", || claims.drained.load(Ordering::Acquire)).await;
         // Intake reserves room, then shutdown stops claiming and releases while
         // its commit is still under way.
         assert_eq!(claims.reserve(1), Some(lease));
