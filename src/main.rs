@@ -135,6 +135,7 @@ fn exit_code(e: &anyhow::Error) -> u8 {
 }
 
 async fn serve(config: Config) -> anyhow::Result<ExitCode> {
+    let shutdown = shutdown_signal().context("signal handlers")?;
     hookbox::telemetry::init_tracing(&config.log_level, config.log_format);
     let prometheus = hookbox::telemetry::install_prometheus().context("metrics recorder")?;
     hookbox::telemetry::describe();
@@ -162,7 +163,7 @@ async fn serve(config: Config) -> anyhow::Result<ExitCode> {
     tracing::info!(sources = sources.len(), dir = %config.sources_dir.display(), "sources loaded");
     hookbox::app::App::bind_with_sources(config, registry, sources, Some(prometheus))
         .await?
-        .run(shutdown_signal())
+        .run(shutdown)
         .await?;
     Ok(ExitCode::SUCCESS)
 }
@@ -244,24 +245,27 @@ async fn health(url: &str, timeout: Duration) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// Resolves on SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Installs the SIGTERM and Ctrl-C (SIGINT) handlers now and returns what resolves
+/// on either. Installed before startup, so that a signal arriving while hookbox
+/// starts (or just after it is ready) shuts it down gracefully instead of killing
+/// it with the signal's default action.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        Ok(async move {
+            tokio::select! {
+                _ = term.recv() => {},
+                _ = interrupt.recv() => {},
             }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
+        })
+    }
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
+    {
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
     }
 }

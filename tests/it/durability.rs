@@ -133,6 +133,17 @@ fn ready_is_503_until_recovery_is_done_then_200() {
     );
 }
 
+/// A SIGTERM that arrives while hookbox starts (here: as soon as it listens,
+/// before it is ready) still shuts it down gracefully, exit 0: the handlers are
+/// installed before startup, not once it runs (a signal in between had killed it).
+#[test]
+fn a_sigterm_while_starting_exits_0() {
+    let mut hb = Hookbox::spawn(new_dir(), &[]);
+    hb.sigterm();
+    let code = hb.wait_exit(Duration::from_secs(15));
+    assert_eq!(code, Some(0), "{:?}", hb.logs());
+}
+
 #[test]
 fn sigterm_turns_ready_503_and_exits_0() {
     let mut hb = Hookbox::start(&[("SHUTDOWN_GRACE", "2s")]);
