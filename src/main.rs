@@ -135,7 +135,17 @@ fn exit_code(e: &anyhow::Error) -> u8 {
 }
 
 async fn serve(config: Config) -> anyhow::Result<ExitCode> {
-    let shutdown = shutdown_signal().context("signal handlers")?;
+    // Signals are caught from here on: one that arrives while starting (say,
+    // while waiting for the database) stops the start, one after it the service.
+    let signals = shutdown_signal().context("signal handlers")?;
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            signals.await;
+            stop.cancel();
+        }
+    });
     hookbox::telemetry::init_tracing(&config.log_level, config.log_format);
     let prometheus = hookbox::telemetry::install_prometheus().context("metrics recorder")?;
     hookbox::telemetry::describe();
@@ -161,10 +171,16 @@ async fn serve(config: Config) -> anyhow::Result<ExitCode> {
         }
     };
     tracing::info!(sources = sources.len(), dir = %config.sources_dir.display(), "sources loaded");
-    hookbox::app::App::bind_with_sources(config, registry, sources, Some(prometheus))
-        .await?
-        .run(shutdown)
-        .await?;
+    let starting =
+        hookbox::app::App::bind_with_sources(config, registry, sources, Some(prometheus));
+    let app = tokio::select! {
+        app = starting => app?,
+        () = stop.cancelled() => {
+            tracing::info!("stopped while starting");
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    app.run(stop.cancelled_owned()).await?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -247,8 +263,8 @@ async fn health(url: &str, timeout: Duration) -> anyhow::Result<ExitCode> {
 
 /// Installs the SIGTERM and Ctrl-C (SIGINT) handlers now and returns what resolves
 /// on either. Installed before startup, so that a signal arriving while hookbox
-/// starts (or just after it is ready) shuts it down gracefully instead of killing
-/// it with the signal's default action.
+/// starts (or just after it is ready) stops it in order instead of killing it with
+/// the signal's default action.
 fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
     {

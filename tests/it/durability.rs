@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::harness::{Hookbox, client, eventually, new_dir, on_both_backends, write};
+use crate::harness::{Hookbox, bin, client, eventually, new_dir, on_both_backends, write};
 
 /// A fresh directory whose `log` handler routes the `t` events these tests post, so
 /// that they leave deliveries for recovery (an unrouted event completes at once).
@@ -142,6 +142,54 @@ fn a_sigterm_while_starting_exits_0() {
     hb.sigterm();
     let code = hb.wait_exit(Duration::from_secs(15));
     assert_eq!(code, Some(0), "{:?}", hb.logs());
+}
+
+/// A SIGTERM while hookbox waits at startup for a database that does not answer
+/// stops it at once, exit 0 (without the race against the signal it went on
+/// trying for seconds and then exited 1).
+#[test]
+fn a_sigterm_while_waiting_for_the_database_exits_0() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let dir = new_dir();
+    let mut child = std::process::Command::new(bin())
+        .current_dir(dir.path())
+        .env_clear()
+        .env("BIND_ADDR", "127.0.0.1:0")
+        .env("HANDLERS_DIR", dir.path())
+        .env(
+            "DATABASE_URL",
+            format!("postgres://hookbox@127.0.0.1:{closed}/none"),
+        )
+        .arg("serve")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        child.try_wait().expect("try_wait").is_none(),
+        "still waiting for the database"
+    );
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{status:?}");
 }
 
 #[test]
