@@ -511,7 +511,9 @@ fn megabyte_bodies_of_zeros_cost_little_memory_while_they_wait() {
         "8 concurrent 1 MB bodies of zeros: peak RSS grew {} MB",
         grew >> 20
     );
-    // 8 bodies of 1 MB, each kept raw, canonical and in its queued job: ~24 MB.
-    // A tree of values costs 32 bytes per zero: 16 MB each, 130 MB for 8.
-    assert!(grew < 60 << 20, "peak RSS grew {} MB", grew >> 20);
+    // 8 bodies of 1 MB, each kept raw, canonical and in its queued job: ~24 MB,
+    // measured 38-48 MB with the allocator's per-thread arenas, and 62 MB once on
+    // a loaded CI run. A tree of values costs 32 bytes per zero: 16 MB each, 130 MB
+    // for 8 on top of all that.
+    assert!(grew < 100 << 20, "peak RSS grew {} MB", grew >> 20);
 }
