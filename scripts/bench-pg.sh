@@ -86,15 +86,25 @@ capped_cgroup() {
     procs=""
     [[ -n "${INSTANCE_CPU:-}" ]] || return 0
     local quota cg
-    quota="$(python3 -c "import sys; print(round(float(sys.argv[1]) * 100000))" "$INSTANCE_CPU")"
+    # Microseconds of CPU per 100 ms period; the kernel takes at least 1,000.
+    quota="$(awk -v c="$INSTANCE_CPU" 'BEGIN { if (c ~ /^[0-9]*\.?[0-9]+$/) printf "%d", c * 100000 }')"
+    if [[ -z "$quota" || "$quota" -lt 1000 ]]; then
+        echo "bench-pg.sh: INSTANCE_CPU must be a number of cores, at least 0.01 (got '$INSTANCE_CPU')" >&2
+        exit 2
+    fi
     if [[ -w /sys/fs/cgroup/cpu ]]; then
         cg="/sys/fs/cgroup/cpu/hookbox-bench-$$-$1"
-        mkdir "$cg" && echo 100000 >"$cg/cpu.cfs_period_us" && echo "$quota" >"$cg/cpu.cfs_quota_us"
+        made() { mkdir "$cg" && echo 100000 >"$cg/cpu.cfs_period_us" && echo "$quota" >"$cg/cpu.cfs_quota_us"; }
     elif grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
         cg="/sys/fs/cgroup/hookbox-bench-$$-$1"
-        mkdir "$cg" && echo "$quota 100000" >"$cg/cpu.max"
+        made() { mkdir "$cg" && echo "$quota 100000" >"$cg/cpu.max"; }
     else
         echo "bench-pg.sh: INSTANCE_CPU needs a writable cgroup cpu controller" >&2
+        exit 2
+    fi
+    if ! made; then
+        echo "bench-pg.sh: INSTANCE_CPU: could not make the cgroup $cg" >&2
+        rmdir "$cg" 2>/dev/null || true
         exit 2
     fi
     cgroups+=("$cg")
