@@ -308,7 +308,12 @@ async fn run_workers(
 ) -> Result<(), AppError> {
     let store = state.store.clone();
     let (stop_claiming, stop_leases) = (CancellationToken::new(), CancellationToken::new());
-    let Started { queue, feed, tasks } = processing
+    let Started {
+        queue,
+        feed,
+        lanes,
+        tasks,
+    } = processing
         .start(&state.inbox, &stop_claiming, &stop_leases)
         .await?;
     let crew = Workers {
@@ -316,6 +321,7 @@ async fn run_workers(
         store: store.clone(),
         registry: state.registry.clone(),
         feed,
+        lanes,
         recorders: tokio_util::task::TaskTracker::new(),
     };
     let mut workers = JoinSet::new();

@@ -37,6 +37,7 @@ use crate::model::NewEvent;
 use crate::processing::claims::Claims;
 use crate::processing::dispatch::Dispatch;
 use crate::processing::job::Job;
+use crate::processing::lanes::Lanes;
 use crate::processing::queue::Queue;
 use crate::processing::window::Window;
 use crate::processing::worker::Feeder;
@@ -77,6 +78,8 @@ struct Parts {
     /// The window (SQLite), whose ordering gate ordered deliveries line up in
     /// before their commit; `None` on PostgreSQL, where the claim query orders.
     window: Option<Arc<Window>>,
+    /// Every destination's lane (what the workers may start; operators' pauses).
+    lanes: Arc<Lanes>,
 }
 
 /// How this instance's workers get their work: the other half of [`new_pair`].
@@ -105,10 +108,13 @@ pub(crate) fn new_pair(
     feed: Feed,
     registry: Arc<LiveRegistry>,
 ) -> (Inbox, Processing) {
+    // SQLite lets go what a lane cannot keep (the window reads it again); a
+    // PostgreSQL claim is held until it runs, so lanes park all they are given.
+    let lanes = Lanes::new(matches!(feed, Feed::Due(_)));
     let (processing, dispatch, load, window): (_, Arc<dyn Dispatch>, Arc<dyn LoadSignal>, _) =
         match feed {
             Feed::Due(due) => {
-                let window = Window::new(due, config.queue_maxsize);
+                let window = Window::new(due, config.queue_maxsize, lanes.clone());
                 (
                     Processing::Local(window.clone()),
                     window.clone(),
@@ -122,6 +128,7 @@ pub(crate) fn new_pair(
                     config.queue_maxsize,
                     config.worker_count,
                     config.lease_timeout,
+                    lanes.clone(),
                 );
                 (
                     Processing::Shared(claims.clone()),
@@ -137,6 +144,7 @@ pub(crate) fn new_pair(
         dispatch,
         load,
         window,
+        lanes,
     }));
     (inbox, processing)
 }
@@ -148,6 +156,8 @@ pub(crate) struct Started {
     pub(crate) queue: Arc<Queue<Job>>,
     /// Who fills `queue` besides the inbox.
     pub(crate) feed: Arc<dyn Feeder>,
+    /// Every destination's lane.
+    pub(crate) lanes: Arc<Lanes>,
     /// Background tasks (refilling the window; claiming, leases, following the
     /// subscribers); dropping the set aborts them.
     pub(crate) tasks: JoinSet<()>,
@@ -172,6 +182,7 @@ impl Processing {
                 Ok(Started {
                     queue: window.queue(),
                     feed: window.clone(),
+                    lanes: inbox.lanes(),
                     tasks,
                 })
             }
@@ -186,6 +197,7 @@ impl Processing {
                 Ok(Started {
                     queue: claims.queue(),
                     feed: Arc::new(claims.clone()),
+                    lanes: inbox.lanes(),
                     tasks,
                 })
             }
@@ -450,12 +462,22 @@ impl Inbox {
         }
     }
 
+    /// Every destination's lane.
+    pub(crate) fn lanes(&self) -> Arc<Lanes> {
+        self.0.lanes.clone()
+    }
+
     /// Resets the failed deliveries `filter` selects to `pending` and queues them
     /// (an ordered one runs in its turn); returns them.
     pub async fn replay(&self, filter: ReplayFilter) -> Result<Vec<PendingDelivery>, InboxError> {
         let inbox = self.clone();
         detached(async move {
             let replayed = inbox.0.store.replay(filter).await?;
+            if let Some(window) = &inbox.0.window {
+                for d in &replayed {
+                    window.count_fresh(&d.handler, 1);
+                }
+            }
             if !replayed.is_empty() {
                 inbox.0.dispatch.submit(
                     replayed

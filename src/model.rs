@@ -369,6 +369,15 @@ pub struct Subscriber {
     pub max_attempts: Option<u32>,
     /// Explicit backoff schedule (`["5s", "30s"]`).
     pub backoff: Option<Vec<String>>,
+    /// Attempts running at once for this destination (default 8).
+    #[serde(default)]
+    pub max_in_flight: Option<u32>,
+    /// Attempts started per second, minute or hour (`"50/s"`), spread evenly.
+    #[serde(default)]
+    pub rate_limit: Option<String>,
+    /// Failing without a success for this long disables it (`"72h"`).
+    #[serde(default)]
+    pub disable_after: Option<String>,
     /// An inactive subscriber gets no new deliveries.
     pub active: bool,
     /// Creation time.

@@ -22,6 +22,10 @@ use std::time::Duration;
 
 use crate::config::MAX_DURATION;
 
+/// The shortest wait before a retry, whatever a schedule says (`backoff =
+/// ["0s"]` would otherwise retry in a tight loop).
+pub const MIN_DELAY: Duration = Duration::from_millis(100);
+
 /// How the delay before the next attempt grows.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Backoff {
@@ -37,8 +41,13 @@ pub enum Backoff {
 }
 
 impl Backoff {
-    /// The delay after `attempts` failed attempts (1 = after the first), before jitter.
+    /// The delay after `attempts` failed attempts (1 = after the first), before
+    /// jitter; never under [`MIN_DELAY`].
     pub fn delay(&self, attempts: u32) -> Duration {
+        self.step(attempts).max(MIN_DELAY)
+    }
+
+    fn step(&self, attempts: u32) -> Duration {
         let n = attempts.max(1);
         match self {
             Self::Exponential { base, max } => {
@@ -124,16 +133,21 @@ pub enum Decision {
 impl Policy {
     /// Decides after the `attempts`-th attempt failed. `jitter` in `[-1, 1]` scales
     /// the ±20% spread (pass [`jitter`] in production, `0.0` in tests). A handler's
-    /// `Retry-After` replaces the computed delay, capped by the policy's max delay.
+    /// `Retry-After` replaces the computed delay, capped by the policy's max delay
+    /// and spread up to 20% later (never sooner); a `Retry-After` of zero waits the
+    /// backoff step instead.
     /// No delay exceeds [`MAX_DURATION`] (30 days), whatever a policy built in code
     /// says: the retry timer cannot hold a job years ahead.
     pub fn decide(&self, attempts: u32, failure: &Failure, jitter: f64) -> Decision {
         if failure.permanent || attempts >= self.max_attempts {
             return Decision::DeadLetter;
         }
-        let after = match failure.retry_after {
-            Some(asked) => asked.min(self.max_delay.max(self.backoff.max_delay())),
-            None => spread(self.backoff.delay(attempts), jitter),
+        let after = match failure.retry_after.filter(|d| !d.is_zero()) {
+            Some(asked) => spread(
+                asked.min(self.max_delay.max(self.backoff.max_delay())),
+                jitter.abs(),
+            ),
+            None => spread(self.backoff.delay(attempts), jitter).max(MIN_DELAY),
         };
         Decision::Retry {
             after: after.min(MAX_DURATION),
@@ -227,6 +241,17 @@ mod tests {
     }
 
     #[test]
+    fn no_step_is_shorter_than_the_floor() {
+        let p = policy(5, Backoff::Schedule(vec![Duration::ZERO]));
+        for j in [-1.0, 0.0, 1.0] {
+            let Decision::Retry { after } = p.decide(1, &Failure::retryable("x"), j) else {
+                panic!("should retry");
+            };
+            assert!(after >= MIN_DELAY && after <= MIN_DELAY.mul_f64(1.2), "{after:?}");
+        }
+    }
+
+    #[test]
     fn no_delay_is_longer_than_30_days() {
         let years = Duration::from_secs(100_000_000);
         let p = policy(5, Backoff::Schedule(vec![years]));
@@ -262,10 +287,19 @@ mod tests {
         let mut f = Failure::retryable("429");
         f.retry_after = Some(Duration::from_secs(7));
         assert_eq!(
-            p.decide(1, &f, 1.0),
+            p.decide(1, &f, -1.0),
             Decision::Retry {
-                after: Duration::from_secs(7)
-            }
+                after: Duration::from_secs(7).mul_f64(1.2)
+            },
+            "spread later, never sooner"
+        );
+        f.retry_after = Some(Duration::ZERO);
+        assert_eq!(
+            p.decide(3, &f, 0.0),
+            Decision::Retry {
+                after: Duration::from_secs(4)
+            },
+            "Retry-After: 0 waits the backoff step"
         );
         f.retry_after = Some(Duration::from_secs(3600));
         assert_eq!(

@@ -49,6 +49,13 @@ pub mod names {
     /// Counter of `POST /webhooks` retries answered from the recent keys (200 or
     /// 422) without a round trip to the database's writer (SQLite only).
     pub const IDEMPOTENCY_CACHE_HITS: &str = "hookbox_idempotency_cache_hits_total";
+    /// Gauge `{destination,state}`: 1 for the destination's current state, else 0.
+    pub const DESTINATION_STATE: &str = "hookbox_destination_state";
+    /// Gauge `{destination}`: attempts running for the destination.
+    pub const DESTINATION_IN_FLIGHT: &str = "hookbox_destination_in_flight";
+    /// Counter `{destination,reason}`: attempts that had to wait for their
+    /// destination (`rate_limit`, `retry_after`, `circuit`, `paused`, `max_in_flight`).
+    pub const DESTINATION_THROTTLED: &str = "hookbox_destination_throttled_total";
 }
 
 /// Installs the global tracing subscriber (`LOG_LEVEL` filter, `LOG_FORMAT` lines).
@@ -108,6 +115,15 @@ pub fn describe() {
     );
     describe_counter!(names::EVENTS_REJECTED, "Intake requests refused, by reason");
     describe_counter!(names::EVENTS_UNROUTED, "Events that matched no handler");
+    describe_gauge!(
+        names::DESTINATION_STATE,
+        "1 for each destination's current state (healthy, paused, failing, disabled)"
+    );
+    describe_gauge!(names::DESTINATION_IN_FLIGHT, "Attempts running per destination");
+    describe_counter!(
+        names::DESTINATION_THROTTLED,
+        "Attempts that waited for their destination, by reason"
+    );
     describe_gauge!(names::QUEUE_DEPTH, "Jobs queued or running in memory");
     describe_gauge!(names::QUEUE_CAPACITY, "QUEUE_MAXSIZE");
     describe_counter!(

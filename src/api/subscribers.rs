@@ -39,6 +39,12 @@ pub struct Create {
     max_attempts: Option<u32>,
     /// Explicit backoff schedule (`["5s", "30s"]`).
     backoff: Option<Vec<String>>,
+    /// Attempts running at once for this destination (default 8).
+    max_in_flight: Option<u32>,
+    /// Attempts started per second, minute or hour (`"50/s"`), spread evenly.
+    rate_limit: Option<String>,
+    /// Failing without a success for this long disables it (`"72h"`).
+    disable_after: Option<String>,
     /// Default true.
     active: Option<bool>,
 }
@@ -64,6 +70,15 @@ pub struct Patch {
     /// Replaces or removes the backoff schedule.
     #[serde(default, with = "double_option")]
     backoff: Option<Option<Vec<String>>>,
+    /// Replaces or removes (default 8) the attempts at once.
+    #[serde(default, with = "double_option")]
+    max_in_flight: Option<Option<u32>>,
+    /// Replaces or removes the rate limit.
+    #[serde(default, with = "double_option")]
+    rate_limit: Option<Option<String>>,
+    /// Replaces or removes `disable_after`.
+    #[serde(default, with = "double_option")]
+    disable_after: Option<Option<String>>,
     /// Activates or deactivates it.
     active: Option<bool>,
 }
@@ -134,6 +149,8 @@ fn validate(registry: &LiveRegistry, s: &Subscriber) -> Result<(), Problem> {
         Some(&s.url),
         s.secret.as_ref(),
         s.ordering_key.as_ref(),
+        s.rate_limit.as_ref(),
+        s.disable_after.as_ref(),
     ]
     .into_iter()
     .flatten()
@@ -198,6 +215,9 @@ pub async fn create(
         ordering_key: c.ordering_key,
         max_attempts: c.max_attempts,
         backoff: c.backoff,
+        max_in_flight: c.max_in_flight,
+        rate_limit: c.rate_limit,
+        disable_after: c.disable_after,
         active: c.active.unwrap_or(true),
         created_at: now,
         updated_at: now,
@@ -299,6 +319,15 @@ pub async fn patch(
     }
     if let Some(v) = p.backoff {
         s.backoff = v;
+    }
+    if let Some(v) = p.max_in_flight {
+        s.max_in_flight = v;
+    }
+    if let Some(v) = p.rate_limit {
+        s.rate_limit = v;
+    }
+    if let Some(v) = p.disable_after {
+        s.disable_after = v;
     }
     if let Some(v) = p.active {
         s.active = v;

@@ -59,6 +59,7 @@ use crate::layers::backpressure::LoadSignal;
 use crate::model::Timestamp;
 use crate::processing::dispatch::Dispatch;
 use crate::processing::job::Job;
+use crate::processing::lanes::Lanes;
 use crate::processing::queue::Queue;
 use crate::processing::worker::Feeder;
 use crate::store::ClaimStore;
@@ -150,6 +151,8 @@ pub(crate) struct Claims {
     capacity: usize,
     workers: usize,
     lease: Duration,
+    /// The destinations' lanes: jobs parked there do not take a worker's place.
+    lanes: Arc<Lanes>,
 }
 
 impl Claims {
@@ -160,6 +163,7 @@ impl Claims {
         capacity: usize,
         workers: usize,
         lease: Duration,
+        lanes: Arc<Lanes>,
     ) -> Arc<Self> {
         Arc::new(Self {
             store,
@@ -177,7 +181,23 @@ impl Claims {
             capacity,
             workers,
             lease,
+            lanes,
         })
+    }
+
+    /// Jobs queued or running, less those parked in their destination's lane.
+    fn active(&self) -> usize {
+        self.queue.depth().saturating_sub(self.lanes.parked())
+    }
+
+    /// Waits until at most `n` jobs are queued or running besides the parked ones.
+    async fn wait_active_at_most(&self, n: usize) {
+        while self.active() > n {
+            tokio::select! {
+                () = self.queue.wait_depth_at_most(n) => {}
+                () = tokio::time::sleep(Duration::from_millis(50)) => {}
+            }
+        }
     }
 
     /// Queue places set aside by intake and not yet used or given back.
@@ -298,8 +318,8 @@ impl Claims {
         let mut backoff = Backoff::default();
         loop {
             // Refill once half of what is held has been taken.
-            self.queue.wait_depth_at_most(self.workers).await;
-            let taken = self.queue.depth() + self.reserved_places();
+            self.wait_active_at_most(self.workers).await;
+            let taken = self.active() + self.reserved_places();
             let room = hold.saturating_sub(taken).max(1);
             let limit = u32::try_from(room).unwrap_or(u32::MAX);
             let claimed = match self.store.claim(limit, self.lease).await {
@@ -557,7 +577,13 @@ mod tests {
             .await
             .expect("open");
         let store = Arc::new(store);
-        let claims = Claims::new(store.clone(), 100, 2, Duration::from_secs(30));
+        let claims = Claims::new(
+            store.clone(),
+            100,
+            2,
+            Duration::from_secs(30),
+            crate::processing::lanes::Lanes::new(false),
+        );
         Some((db, store, claims))
     }
 

@@ -9,6 +9,8 @@
 //! - [`claims`]: the claim loop, leases and shared backlog (PostgreSQL);
 //! - [`ordering`]: ordered deliveries being committed (SQLite; the table orders
 //!   the rest);
+//! - [`lane`] and [`lanes`]: every destination's lane — flow control, pauses, the
+//!   circuit — so that one destination's trouble delays only its own work;
 //! - [`worker`]: runs a job's attempt and records its outcome.
 //!
 //! Dependencies run one way, with no loop: `job`, `queue` and `ordering` are
@@ -20,6 +22,8 @@
 pub(crate) mod claims;
 pub(crate) mod dispatch;
 pub(crate) mod job;
+pub(crate) mod lane;
+pub(crate) mod lanes;
 pub(crate) mod ordering;
 pub(crate) mod queue;
 pub(crate) mod window;

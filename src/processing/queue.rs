@@ -111,7 +111,7 @@ impl<T> Queue<T> {
                         self.ready.notify_one();
                     }
                     return Some(Lease {
-                        job,
+                        job: Some(job),
                         queue: self.clone(),
                     });
                 }
@@ -152,23 +152,41 @@ impl<T: Send + 'static> LoadSignal for Queue<T> {
 
 /// A job taken from the queue; its place is given back when this is dropped.
 pub(crate) struct Lease<T> {
-    job: T,
+    /// Always `Some` until [`Lease::requeue`] takes it.
+    job: Option<T>,
     queue: Arc<Queue<T>>,
+}
+
+impl<T> Lease<T> {
+    /// Puts the job back at the front of its queue, keeping its place (a job that
+    /// waited in its destination's lane and may start now).
+    pub(crate) fn requeue(mut self) {
+        if let Some(job) = self.job.take() {
+            self.queue.lock().items.push_front(job);
+            self.queue.ready.notify_one();
+        }
+    }
 }
 
 impl<T> Deref for Lease<T> {
     type Target = T;
 
     fn deref(&self) -> &T {
-        &self.job
+        match &self.job {
+            Some(job) => job,
+            None => unreachable!("a lease holds its job until it is requeued"),
+        }
     }
 }
 
 impl<T> Drop for Lease<T> {
     fn drop(&mut self) {
+        let Some(job) = &self.job else {
+            return; // requeued: the place goes on with the job
+        };
         self.queue.depth.fetch_sub(1, Ordering::Relaxed);
         if let Some(release) = &self.queue.on_release {
-            release(&self.job);
+            release(job);
         }
         self.queue.freed.notify_one();
     }
@@ -190,6 +208,10 @@ mod tests {
         assert_eq!(q.depth(), 2, "a running job still counts");
         drop(lease);
         assert_eq!(q.depth(), 1);
+        let lease = q.take().await.expect("open");
+        lease.requeue();
+        assert_eq!(q.depth(), 1, "a requeued job keeps its place");
+        assert_eq!(*q.take().await.expect("open"), "b");
     }
 
     /// Jobs pushed with `extend` while workers take and finish them at once: the

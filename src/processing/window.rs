@@ -27,7 +27,7 @@
 //! is given back. A read may predate an outcome committed while it ran, so the
 //! rows it returns for deliveries let go meanwhile are dropped.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -42,6 +42,7 @@ use crate::layers::backpressure::LoadSignal;
 use crate::model::{DeliveryTask, Finish, Timestamp};
 use crate::processing::dispatch::Dispatch;
 use crate::processing::job::Job;
+use crate::processing::lanes::Lanes;
 use crate::processing::ordering::OrderingGate;
 use crate::processing::queue::Queue;
 use crate::processing::worker::Feeder;
@@ -72,9 +73,14 @@ pub(crate) struct Window {
     /// Signed: an outcome may be counted before its intake (a refill can read and
     /// run a delivery between its commit and its hand-off); the sum is what counts.
     backlog: AtomicI64,
+    /// Fresh deliveries per destination (the backlog's parts): what a destination
+    /// holds back is not due work.
+    per_lane: Mutex<HashMap<String, i64>>,
     /// `QUEUE_MAXSIZE`.
     capacity: usize,
     gate: OrderingGate,
+    /// The destinations' lanes: the refill leaves out those that hold enough.
+    lanes: Arc<Lanes>,
 }
 
 /// What the window knows of the table, under one lock.
@@ -101,8 +107,8 @@ struct State {
 impl Window {
     /// A window over `due` that answers 429 once the pending backlog reaches
     /// `capacity`.
-    pub(crate) fn new(due: Arc<dyn DueStore>, capacity: usize) -> Arc<Self> {
-        Arc::new_cyclic(|me: &Weak<Window>| {
+    pub(crate) fn new(due: Arc<dyn DueStore>, capacity: usize, lanes: Arc<Lanes>) -> Arc<Self> {
+        let window = Arc::new_cyclic(|me: &Weak<Window>| {
             let on_release = me.clone();
             Self {
                 me: me.clone(),
@@ -124,10 +130,55 @@ impl Window {
                 }),
                 wake: Notify::new(),
                 backlog: AtomicI64::new(0),
+                per_lane: Mutex::new(HashMap::new()),
                 capacity,
                 gate: OrderingGate::default(),
+                lanes: lanes.clone(),
             }
-        })
+        });
+        let me = Arc::downgrade(&window);
+        lanes.on_spill(move |from| {
+            if let Some(window) = me.upgrade() {
+                window.reread_from(from);
+            }
+        });
+        window
+    }
+
+    /// A lane has room for work it let go from `from` on: the refill reads the
+    /// table from there again (fresh work and due retries).
+    fn reread_from(&self, from: Uuid) {
+        let mut state = self.lock();
+        self.rewind(&mut state, from);
+        state.next_retry = Some(Timestamp::now());
+    }
+
+    /// Counts `n` fresh deliveries of `handler` (negative: finished).
+    pub(crate) fn count_fresh(&self, handler: &str, n: i64) {
+        let mut lanes = self.per_lane.lock().unwrap_or_else(|e| e.into_inner());
+        match lanes.get_mut(handler) {
+            Some(count) => *count += n,
+            None => {
+                lanes.insert(handler.to_owned(), n);
+            }
+        }
+        self.backlog.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Fresh deliveries that their own destination holds back (paused, failing,
+    /// disabled, at its limits): not due work, so not counted against
+    /// `QUEUE_MAXSIZE` (what runs still counts).
+    fn held_back(&self) -> i64 {
+        let lanes = self.per_lane.lock().unwrap_or_else(|e| e.into_inner());
+        lanes
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .filter_map(|(name, n)| {
+                self.lanes
+                    .holds_back(name)
+                    .map(|running| (*n - i64::from(running)).max(0))
+            })
+            .sum()
     }
 
     /// The queue the workers take jobs from.
@@ -138,10 +189,18 @@ impl Window {
     /// Counts the backlog and fills the window once (what `/ready` waits for), then
     /// starts the refill and the settling of events whose status update was lost.
     pub(crate) async fn start(self: &Arc<Self>) -> Result<JoinSet<()>, StoreError> {
-        let fresh = self.due.count_fresh().await?;
+        let counts = self.due.count_fresh().await?;
+        let fresh: u64 = counts.iter().map(|(_, n)| n).sum();
         // Replaces what intake counted before (the count includes it).
-        self.backlog
-            .store(i64::try_from(fresh).unwrap_or(i64::MAX), Ordering::Relaxed);
+        {
+            let mut lanes = self.per_lane.lock().unwrap_or_else(|e| e.into_inner());
+            *lanes = counts
+                .into_iter()
+                .map(|(h, n)| (h, i64::try_from(n).unwrap_or(i64::MAX)))
+                .collect();
+            self.backlog
+                .store(i64::try_from(fresh).unwrap_or(i64::MAX), Ordering::Relaxed);
+        }
         self.fill().await?;
         let loaded = self.queue.depth();
         if fresh > 0 || loaded > 0 {
@@ -287,7 +346,10 @@ impl Window {
         if let (true, held) = retries_due {
             // Due retries already held come back too; ask for enough to fill the room.
             let limit = clamp(room.saturating_add(held));
-            let read = self.due.due_retries(now, limit, READ_BUDGET).await;
+            let skip = self.lanes.capped();
+            let read = self.due.due_retries(now, limit, READ_BUDGET, &skip).await;
+            // Their due retries are read again when they have room.
+            self.lanes.skipped(&skip, Uuid::max());
             let rows = match read {
                 Ok(rows) => rows,
                 Err(e) => {
@@ -330,7 +392,9 @@ impl Window {
             state.cursor
         };
         let limit = clamp(self.room());
-        let rows = match self.due.fresh_after(from, limit, READ_BUDGET).await {
+        let skip = self.lanes.capped();
+        self.lanes.skipped(&skip, from);
+        let rows = match self.due.fresh_after(from, limit, READ_BUDGET, &skip).await {
             Ok(rows) => rows,
             Err(e) => {
                 self.lock().released = None;
@@ -456,7 +520,13 @@ impl Dispatch for Window {
             .iter()
             .filter(|j| matches!(j, Job::Deliver { .. }))
             .count();
-        self.add_backlog(deliveries);
+        // New work is counted per destination here; a replay counts its own
+        // (its jobs carry no task) through `count_fresh`.
+        for job in &jobs {
+            if let Job::Deliver { task: Some(t), .. } = job {
+                self.count_fresh(&t.handler, 1);
+            }
+        }
         let mut state = self.lock();
         if !state.spilled && self.room() >= jobs.len() {
             let unrouted = jobs.len() - deliveries;
@@ -478,7 +548,13 @@ impl Dispatch for Window {
     }
 
     fn depth(&self) -> usize {
-        usize::try_from(self.backlog.load(Ordering::Relaxed).max(0)).unwrap_or(usize::MAX)
+        let all = self.backlog.load(Ordering::Relaxed);
+        let due = if all < i64::try_from(self.capacity).unwrap_or(i64::MAX) {
+            all // below the bound whatever is held back: no need to look
+        } else {
+            all - self.held_back()
+        };
+        usize::try_from(due.max(0)).unwrap_or(usize::MAX)
     }
 
     fn capacity(&self) -> usize {
@@ -547,9 +623,15 @@ impl Feeder for Window {
         })
     }
 
-    fn recorded(&self, finish: &Finish, fresh: bool, ordering: Option<&(String, String)>) {
+    fn recorded(
+        &self,
+        handler: &str,
+        finish: &Finish,
+        fresh: bool,
+        ordering: Option<&(String, String)>,
+    ) {
         if fresh {
-            self.sub_backlog(1);
+            self.count_fresh(handler, -1);
         }
         if let (true, Some((handler, value)), Some(me)) =
             (finish.status.is_terminal(), ordering, self.me.upgrade())

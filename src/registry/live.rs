@@ -158,6 +158,12 @@ impl LiveRegistry {
         super::check_ordering_key(s.ordering_key.as_deref()).map_err(|(f, m)| invalid(f, m))?;
         let policy = super::overrides(&self.policy, s.max_attempts, s.backoff.as_deref())
             .map_err(|(f, m)| invalid(f, m))?;
+        let flow = super::flow::FlowControl::from_fields(
+            s.max_in_flight.map(i64::from),
+            s.rate_limit.as_deref(),
+            s.disable_after.as_deref(),
+        )
+        .map_err(|(f, m)| invalid(f, m))?;
         Ok(Route {
             name: s.name.clone(),
             patterns,
@@ -174,6 +180,7 @@ impl LiveRegistry {
             kind: "subscriber".to_owned(),
             target: http::display_url(&url),
             active: s.active,
+            flow,
         })
     }
 }

@@ -9,6 +9,9 @@
 //! backoff = ["5s", "30s", "300s"]       # explicit schedule (the last one repeats)
 //! timeout = "10s"
 //! ordering_key = "/customer_id"         # any kind; also accepted under [http]
+//! max_in_flight = 8                     # this destination's attempts at once
+//! rate_limit = "50/s"                   # optional: starts per s, m or h, spread evenly
+//! disable_after = "72h"                 # optional: failing this long → disabled
 //!
 //! [http]
 //! url = "https://billing.example.com/hooks"
@@ -81,6 +84,9 @@ struct Manifest {
     backoff: Option<Vec<String>>,
     timeout: Option<String>,
     ordering_key: Option<String>,
+    max_in_flight: Option<i64>,
+    rate_limit: Option<String>,
+    disable_after: Option<String>,
     http: Option<HttpSection>,
     exec: Option<ExecSection>,
 }
@@ -242,6 +248,12 @@ fn load(file: &Path, ctx: &Context, secrets: &HashSet<String>) -> Result<Route, 
         .clone()
         .or_else(|| m.http.as_ref().and_then(|h| h.ordering_key.clone()));
     super::check_ordering_key(ordering_key.as_deref()).map_err(|(f, m)| err(f, m))?;
+    let flow = super::flow::FlowControl::from_fields(
+        m.max_in_flight,
+        m.rate_limit.as_deref(),
+        m.disable_after.as_deref(),
+    )
+    .map_err(|(f, m)| err(f, m))?;
     let (handler, target) = match m.kind.as_str() {
         "log" => (log::handler(&name), "log".to_owned()),
         "exec" => {
@@ -286,6 +298,7 @@ fn load(file: &Path, ctx: &Context, secrets: &HashSet<String>) -> Result<Route, 
         kind: m.kind.clone(),
         target,
         active: true,
+        flow,
     })
 }
 

@@ -22,6 +22,7 @@
 //!
 //! The binary fills the same registry from `HANDLERS_DIR/*.toml` ([`manifest`]).
 
+pub mod flow;
 mod handler;
 pub mod kinds;
 pub mod live;
@@ -59,6 +60,8 @@ pub struct Route {
     pub target: String,
     /// An inactive route gets no new deliveries (its unfinished ones still run).
     pub active: bool,
+    /// Its lane's limits: attempts at once, rate, when to disable.
+    pub flow: flow::FlowControl,
 }
 
 impl fmt::Debug for Route {
@@ -234,6 +237,7 @@ impl RegistryBuilder {
                 kind: "rust".to_owned(),
                 target: "-".to_owned(),
                 active: true,
+                flow: flow::FlowControl::default(),
             }),
             Err(source) => self.errors.push(RegistryError::Pattern {
                 name: name.to_owned(),

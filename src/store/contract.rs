@@ -112,6 +112,9 @@ fn subscriber(name: &str, url: &str) -> Subscriber {
         ordering_key: None,
         max_attempts: Some(3),
         backoff: Some(vec!["1s".into(), "5s".into()]),
+        max_in_flight: Some(2),
+        rate_limit: Some("20/s".into()),
+        disable_after: Some("72h".into()),
         active: true,
         created_at: Timestamp::now(),
         updated_at: Timestamp::now(),
@@ -350,6 +353,9 @@ async fn subscribers(b: &Backend) {
         secret: None,
         max_attempts: None,
         backoff: None,
+        max_in_flight: None,
+        rate_limit: None,
+        disable_after: None,
         active: false,
         ..subscriber("audit", "http://127.0.0.1:9/audit")
     };

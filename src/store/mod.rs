@@ -128,15 +128,24 @@ pub(crate) mod sql {
 
     /// Inserts a subscriber unless its name is taken; binds: name, event_types,
     /// url, secret, ordering_key, max_attempts, backoff, active, created_at,
-    /// updated_at.
+    /// updated_at, max_in_flight, rate_limit, disable_after.
     pub(crate) const INSERT_SUBSCRIBER: &str = "INSERT INTO subscribers (name, event_types, \
-        url, secret, ordering_key, max_attempts, backoff, active, created_at, updated_at) \
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (name) DO NOTHING";
+        url, secret, ordering_key, max_attempts, backoff, active, created_at, updated_at, \
+        max_in_flight, rate_limit, disable_after) \
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+        ON CONFLICT (name) DO NOTHING";
 
     /// Replaces a subscriber; the same binds as [`INSERT_SUBSCRIBER`] ($9 unused).
     pub(crate) const UPDATE_SUBSCRIBER: &str = "UPDATE subscribers SET event_types = $2, \
         url = $3, secret = $4, ordering_key = $5, max_attempts = $6, backoff = $7, \
-        active = $8, updated_at = $10 WHERE name = $1";
+        active = $8, updated_at = $10, max_in_flight = $11, rate_limit = $12, \
+        disable_after = $13 WHERE name = $1";
+
+    /// Every subscriber, by name.
+    pub(crate) const SELECT_SUBSCRIBERS: &str = "SELECT name, event_types, url, secret, \
+        ordering_key, max_attempts, backoff, active, created_at, updated_at, \
+        max_in_flight, rate_limit, disable_after FROM subscribers ORDER BY name";
+
 }
 
 /// How long [`Store::stats`] answers with the counts it last computed.
@@ -424,25 +433,28 @@ pub struct Stats {
 /// unfinished one of its handler and ordering value holds back.
 #[async_trait]
 pub trait DueStore: Send + Sync + 'static {
-    /// Fresh deliveries: the pending backlog at startup.
-    async fn count_fresh(&self) -> Result<u64, StoreError>;
+    /// Fresh deliveries per handler: the pending backlog at startup.
+    async fn count_fresh(&self) -> Result<Vec<(String, u64)>, StoreError>;
 
     /// Up to `limit` fresh deliveries with ids above `after`, oldest first, stopping
-    /// early once their payloads pass `budget` bytes.
+    /// early once their payloads pass `budget` bytes; none of the handlers in
+    /// `skip` (destinations that hold enough already).
     async fn fresh_after(
         &self,
         after: Uuid,
         limit: u32,
         budget: usize,
+        skip: &[String],
     ) -> Result<Vec<DeliveryTask>, StoreError>;
 
     /// Up to `limit` retries due at `now`, the longest due first, stopping early once
-    /// their payloads pass `budget` bytes.
+    /// their payloads pass `budget` bytes; none of the handlers in `skip`.
     async fn due_retries(
         &self,
         now: Timestamp,
         limit: u32,
         budget: usize,
+        skip: &[String],
     ) -> Result<Vec<DeliveryTask>, StoreError>;
 
     /// When the first retry not yet due at `now` falls due.

@@ -203,6 +203,11 @@ pub(super) fn subscriber(row: &impl RowExt) -> Result<Subscriber, StoreError> {
             .opt_int("max_attempts")?
             .and_then(|n| u32::try_from(n).ok()),
         backoff: json_list(row, "backoff")?,
+        max_in_flight: row
+            .opt_int("max_in_flight")?
+            .and_then(|n| u32::try_from(n).ok()),
+        rate_limit: opt_owned(row, "rate_limit")?,
+        disable_after: opt_owned(row, "disable_after")?,
         active: row.flag("active")?,
         created_at: row.timestamp("created_at")?,
         updated_at: row.timestamp("updated_at")?,

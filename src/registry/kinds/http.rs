@@ -3,7 +3,7 @@
 //! POSTs `{id, event_type, payload, created_at}` with `webhook-id` (the event id, the
 //! same on every attempt), `webhook-timestamp`, `webhook-signature` (when secrets are
 //! set) and `Content-Type: application/json`. The answer decides: 2xx done; 408, 429,
-//! 5xx, 3xx, a timeout or a connection error retry (a `Retry-After` in seconds or as
+//! 5xx, 3xx, 410 (which disables the destination), a timeout or a connection error retry (a `Retry-After` in seconds or as
 //! an HTTP date is honoured); any other 4xx dead-letters. `last_error` gets the status
 //! and the first 1 KB of the answer's body, with the URL's credentials and the
 //! signing secrets hidden should the receiver repeat them. Redirects are not
@@ -162,7 +162,10 @@ async fn deliver(
 
 /// The decision matrix for a non-2xx answer (docs/handlers.md, "http").
 fn classify(status: StatusCode, retry_after: Option<Duration>, message: String) -> HandlerError {
-    let retryable = status == StatusCode::REQUEST_TIMEOUT
+    // 410 Gone is retried: it disables the destination (its lane), and nothing
+    // is dropped while it is disabled.
+    let retryable = status == StatusCode::GONE
+        || status == StatusCode::REQUEST_TIMEOUT
         || status == StatusCode::TOO_MANY_REQUESTS
         || status.is_server_error()
         || status.is_redirection();
@@ -239,10 +242,10 @@ mod tests {
                 HandlerError::Permanent(_)
             )
         };
-        for s in [400, 401, 403, 404, 410, 422] {
+        for s in [400, 401, 403, 404, 422] {
             assert!(permanent(s), "{s}");
         }
-        for s in [408, 429, 500, 502, 503, 504, 301] {
+        for s in [408, 410, 429, 500, 502, 503, 504, 301] {
             assert!(!permanent(s), "{s}");
         }
         let e = classify(

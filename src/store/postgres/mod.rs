@@ -453,10 +453,7 @@ impl Store for PgStore {
     }
 
     async fn subscribers(&self) -> Result<Vec<Subscriber>, StoreError> {
-        sqlx::query(
-            "SELECT name, event_types, url, secret, ordering_key, max_attempts, backoff, active, \
-                    created_at, updated_at FROM subscribers ORDER BY name",
-        )
+        sqlx::query(crate::store::sql::SELECT_SUBSCRIBERS)
         .fetch_all(&self.pool)
         .await?
         .iter()
@@ -473,10 +470,7 @@ impl Store for PgStore {
         let version: i64 = sqlx::query_scalar("SELECT version FROM hookbox_routing WHERE id = 1")
             .fetch_one(&mut *tx)
             .await?;
-        let subscribers = sqlx::query(
-            "SELECT name, event_types, url, secret, ordering_key, max_attempts, backoff, active, \
-                    created_at, updated_at FROM subscribers ORDER BY name",
-        )
+        let subscribers = sqlx::query(crate::store::sql::SELECT_SUBSCRIBERS)
         .fetch_all(&mut *tx)
         .await?
         .iter()
@@ -529,6 +523,9 @@ impl PgStore {
             .bind(s.active)
             .bind(s.created_at.0)
             .bind(s.updated_at.0)
+            .bind(s.max_in_flight.and_then(|n| i32::try_from(n).ok()))
+            .bind(s.rate_limit)
+            .bind(s.disable_after)
             .execute(&self.pool)
             .await?;
         Ok(done.rows_affected() > 0)

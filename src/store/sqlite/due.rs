@@ -34,23 +34,32 @@ macro_rules! first_of_its_key {
     };
 }
 
-/// Fresh deliveries after a cursor, oldest first; binds: after, limit.
+/// Not one of the handlers a JSON array names (destinations that hold enough).
+macro_rules! not_skipped {
+    () => {
+        " d.handler NOT IN (SELECT value FROM json_each(?)) AND "
+    };
+}
+
+/// Fresh deliveries after a cursor, oldest first; binds: after, skip, limit.
 pub(super) const FRESH_AFTER: &str = concat!(
     "SELECT ",
     task_columns!(),
     " FROM deliveries d INDEXED BY deliveries_fresh JOIN events e ON e.id = d.event_id \
      WHERE d.status IN ('pending', 'processing') AND d.retry_after IS NULL AND d.id > ? AND ",
+    not_skipped!(),
     first_of_its_key!(),
     " ORDER BY d.id LIMIT ?"
 );
 
-/// Retries due now, the longest due first; binds: now, limit.
+/// Retries due now, the longest due first; binds: now, skip, limit.
 pub(super) const DUE_RETRIES: &str = concat!(
     "SELECT ",
     task_columns!(),
     " FROM deliveries d INDEXED BY deliveries_retry JOIN events e ON e.id = d.event_id \
      WHERE d.status IN ('pending', 'processing') AND d.retry_after IS NOT NULL \
      AND d.retry_after <= ? AND ",
+    not_skipped!(),
     first_of_its_key!(),
     " ORDER BY d.retry_after, d.id LIMIT ?"
 );
@@ -60,10 +69,10 @@ pub(super) const NEXT_RETRY: &str = "SELECT MIN(retry_after) AS next FROM delive
      INDEXED BY deliveries_retry WHERE status IN ('pending', 'processing') \
      AND retry_after IS NOT NULL AND retry_after > ?";
 
-/// Fresh deliveries: the backlog at startup.
-pub(super) const COUNT_FRESH: &str = "SELECT COUNT(*) AS n FROM deliveries \
+/// Fresh deliveries per handler: the backlog at startup.
+pub(super) const COUNT_FRESH: &str = "SELECT handler, COUNT(*) AS n FROM deliveries \
      INDEXED BY deliveries_fresh WHERE status IN ('pending', 'processing') \
-     AND retry_after IS NULL";
+     AND retry_after IS NULL GROUP BY handler";
 
 /// The oldest unfinished delivery of a key; binds: handler, value.
 pub(super) const HEAD_OF_KEY: &str = "SELECT id, event_id, retry_after FROM deliveries \
@@ -79,6 +88,11 @@ pub(super) const OLDER_UNFINISHED: &str = "SELECT EXISTS (SELECT 1 FROM deliveri
 const UNSETTLED: &str = "SELECT id FROM events e WHERE status IN ('pending', 'processing') \
      AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id \
                      AND d.status IN ('pending', 'processing')) ORDER BY id";
+
+/// Handler names as the JSON array `json_each` reads.
+fn json_list(names: &[String]) -> String {
+    serde_json::to_string(names).unwrap_or_else(|_| "[]".to_owned())
+}
 
 impl SqliteStore {
     /// Runs a task query, decoding rows until `limit` or until the payloads pass
@@ -105,9 +119,18 @@ impl SqliteStore {
 
 #[async_trait]
 impl DueStore for SqliteStore {
-    async fn count_fresh(&self) -> Result<u64, StoreError> {
-        let row = sqlx::query(COUNT_FRESH).fetch_one(&self.read).await?;
-        Ok(u64::try_from(row.int("n")?).unwrap_or(0))
+    async fn count_fresh(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        sqlx::query(COUNT_FRESH)
+            .fetch_all(&self.read)
+            .await?
+            .iter()
+            .map(|row| {
+                Ok((
+                    row.text("handler")?.to_owned(),
+                    u64::try_from(row.int("n")?).unwrap_or(0),
+                ))
+            })
+            .collect()
     }
 
     async fn fresh_after(
@@ -115,9 +138,11 @@ impl DueStore for SqliteStore {
         after: Uuid,
         limit: u32,
         budget: usize,
+        skip: &[String],
     ) -> Result<Vec<DeliveryTask>, StoreError> {
         let query = sqlx::query(FRESH_AFTER)
             .bind(after.to_string())
+            .bind(json_list(skip))
             .bind(i64::from(limit));
         self.tasks(query, budget).await
     }
@@ -127,9 +152,11 @@ impl DueStore for SqliteStore {
         now: Timestamp,
         limit: u32,
         budget: usize,
+        skip: &[String],
     ) -> Result<Vec<DeliveryTask>, StoreError> {
         let query = sqlx::query(DUE_RETRIES)
             .bind(now.to_rfc3339())
+            .bind(json_list(skip))
             .bind(i64::from(limit));
         self.tasks(query, budget).await
     }
@@ -198,10 +225,9 @@ mod tests {
         let id = "019ab000-0000-7000-8000-000000000000";
         let now = "2026-11-26T00:00:00.000Z";
         for (sql, binds, index) in [
-            (super::FRESH_AFTER, vec![id, "100"], "deliveries_fresh"),
-            (super::DUE_RETRIES, vec![now, "100"], "deliveries_retry"),
+            (super::FRESH_AFTER, vec![id, "[\"h\"]", "100"], "deliveries_fresh"),
+            (super::DUE_RETRIES, vec![now, "[\"h\"]", "100"], "deliveries_retry"),
             (super::NEXT_RETRY, vec![now], "deliveries_retry"),
-            (super::COUNT_FRESH, vec![], "deliveries_fresh"),
             (
                 super::HEAD_OF_KEY,
                 vec!["h", "v"],

@@ -426,10 +426,7 @@ impl Store for SqliteStore {
     }
 
     async fn subscribers(&self) -> Result<Vec<Subscriber>, StoreError> {
-        sqlx::query(
-            "SELECT name, event_types, url, secret, ordering_key, max_attempts, backoff, active, \
-                    created_at, updated_at FROM subscribers ORDER BY name",
-        )
+        sqlx::query(crate::store::sql::SELECT_SUBSCRIBERS)
         .fetch_all(&self.read)
         .await?
         .iter()

@@ -636,6 +636,9 @@ pub(super) async fn save_subscriber(
         .bind(s.active)
         .bind(s.created_at.to_rfc3339())
         .bind(s.updated_at.to_rfc3339())
+        .bind(s.max_in_flight.map(i64::from))
+        .bind(s.rate_limit)
+        .bind(s.disable_after)
         .execute(&mut *conn)
         .await?;
     Ok(done.rows_affected() > 0)

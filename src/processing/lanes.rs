@@ -1,0 +1,396 @@
+//! Destinations: every handler has a lane of its own ([`Lane`]), so that a
+//! destination that is slow, hangs, fails or asks to slow down delays only its own
+//! deliveries (docs/handlers.md, "Destinations").
+//!
+//! A worker that takes a job asks [`Lanes::enter`] before it runs the attempt. When
+//! the lane cannot start it (at `max_in_flight`, its rate limit, paused, failing,
+//! disabled), the job is *parked* in the lane — it keeps its place in the queue —
+//! and the worker takes the next job: workers never wait for a destination. When
+//! the lane allows (an attempt finished, the clock moved, an operator resumed it)
+//! its parked jobs are put back at the front of the queue with their place in the
+//! lane taken. A lane keeps at most [`Lane::cap`] deliveries in memory; with
+//! SQLite the rest are let go to the table and read again when it has room
+//! ([`Lanes::on_spill`]); the refill and the claim leave out lanes that hold enough
+//! ([`Lanes::capped`]), so one destination's backlog never fills the window.
+//!
+//! Every change of state is told to whoever listens ([`Lanes::listen`]): the store
+//! keeps it (it survives a restart) and operator events announce it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Notify, mpsc};
+use uuid::Uuid;
+
+use crate::model::Timestamp;
+use crate::processing::job::Job;
+use crate::processing::lane::{Enter, Lane, Reason, State, Stored, Transition, Verdict};
+use crate::processing::queue::Lease;
+use crate::registry::Route;
+use crate::registry::flow::FlowControl;
+use crate::telemetry::names;
+
+/// What a listener hears: a lane changed state (with the lane as it is now).
+#[derive(Debug, Clone)]
+pub(crate) struct Notice {
+    /// The change; `None` when only the stored facts changed (failures counted).
+    pub(crate) transition: Option<Transition>,
+    /// The lane's state as stored.
+    pub(crate) lane: Stored,
+    /// An operator asked for it (pause, resume).
+    pub(crate) by_operator: bool,
+}
+
+/// A destination as `GET /destinations` shows its lane.
+#[derive(Debug, Clone)]
+pub(crate) struct LaneView {
+    /// Its state now.
+    pub(crate) state: State,
+    /// Since when.
+    pub(crate) state_since: Timestamp,
+    /// A `Retry-After` pause's end.
+    pub(crate) paused_until: Option<Timestamp>,
+    /// Attempts running.
+    pub(crate) in_flight: u32,
+    /// Retryable failures in a row.
+    pub(crate) consecutive_failures: u32,
+    /// The last failure.
+    pub(crate) last_error: Option<String>,
+}
+
+/// The lanes of every destination of one instance.
+pub(crate) struct Lanes {
+    me: Weak<Lanes>,
+    lanes: Mutex<HashMap<String, Lane<Lease<Job>>>>,
+    /// Jobs beyond a lane's cap are let go to the table (SQLite) instead of parked.
+    let_go: bool,
+    /// Wakes the timer: a lane waits for the clock.
+    wake: Notify,
+    /// Called with the oldest delivery a lane let go, once it has room for it.
+    spill: OnceLock<Box<dyn Fn(Uuid) + Send + Sync>>,
+    listener: OnceLock<mpsc::UnboundedSender<Notice>>,
+}
+
+/// A lane's place taken by a running attempt; [`Lanes::finish`] gives it back (or
+/// dropping it, as for an attempt that did not finish).
+pub(crate) struct Slot {
+    lanes: Arc<Lanes>,
+    handler: String,
+    done: bool,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if !self.done {
+            self.lanes.finished(&self.handler, Verdict::Abandoned);
+        }
+    }
+}
+
+impl Lanes {
+    /// Lanes that let go what they cannot keep (`let_go`: the table brings it back)
+    /// or park everything.
+    pub(crate) fn new(let_go: bool) -> Arc<Self> {
+        let lanes = Arc::new_cyclic(|me| Self {
+            me: me.clone(),
+            lanes: Mutex::new(HashMap::new()),
+            let_go,
+            wake: Notify::new(),
+            spill: OnceLock::new(),
+            listener: OnceLock::new(),
+        });
+        tokio::spawn(lanes.clone().timer());
+        lanes
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Lane<Lease<Job>>>> {
+        self.lanes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets what is called when a lane has room for work it let go.
+    pub(crate) fn on_spill(&self, spill: impl Fn(Uuid) + Send + Sync + 'static) {
+        let _ = self.spill.set(Box::new(spill));
+    }
+
+    /// Sends every change of state to `listener`.
+    pub(crate) fn listen(&self, listener: mpsc::UnboundedSender<Notice>) {
+        let _ = self.listener.set(listener);
+    }
+
+    /// Restores stored states (at startup, before any attempt).
+    pub(crate) fn restore(&self, stored: &[Stored], flows: impl Fn(&str) -> FlowControl) {
+        let now = Instant::now();
+        let mut lanes = self.lock();
+        for s in stored {
+            let lane = lanes
+                .entry(s.name.clone())
+                .or_insert_with(|| Lane::new(flows(&s.name)));
+            lane.restore(s, now);
+            set_state_gauge(&s.name, lane.state(now));
+        }
+        drop(lanes);
+        self.wake.notify_one();
+    }
+
+    /// A job of `route` wants to run its attempt now: the slot to run it with, or
+    /// `None` when it waits in its lane (or was let go to the table).
+    pub(crate) fn enter(&self, route: &Route, delivery: Uuid, lease: Lease<Job>) -> Option<(Lease<Job>, Slot)> {
+        let now = Instant::now();
+        let mut lanes = self.lock();
+        let lane = lanes
+            .entry(route.name.clone())
+            .or_insert_with(|| Lane::new(route.flow.clone()));
+        if lane.flow != route.flow {
+            lane.flow = route.flow.clone();
+        }
+        let entered = lane.enter(delivery, lease, now, self.let_go);
+        let in_flight = lane.in_flight();
+        drop(lanes);
+        match entered {
+            Enter::Go(lease) => {
+                gauge_in_flight(&route.name, in_flight);
+                let me = self.me.upgrade()?;
+                Some((
+                    lease,
+                    Slot {
+                        lanes: me,
+                        handler: route.name.clone(),
+                        done: false,
+                    },
+                ))
+            }
+            Enter::Parked(reason) => {
+                throttled(&route.name, reason);
+                self.wake.notify_one();
+                None
+            }
+            Enter::LetGo(lease, reason) => {
+                throttled(&route.name, reason);
+                drop(lease);
+                None
+            }
+        }
+    }
+
+    /// The attempt run with `slot` ended with `verdict`.
+    pub(crate) fn finish(&self, mut slot: Slot, verdict: Verdict) {
+        slot.done = true;
+        self.finished(&slot.handler, verdict);
+    }
+
+    fn finished(&self, handler: &str, verdict: Verdict) {
+        let now = Instant::now();
+        let counts = matches!(verdict, Verdict::Retryable { .. } | Verdict::Gone(_));
+        let mut lanes = self.lock();
+        let Some(lane) = lanes.get_mut(handler) else {
+            return;
+        };
+        let transition = lane.finish(verdict, now);
+        let in_flight = lane.in_flight();
+        let notice = (transition.is_some() || counts).then(|| Notice {
+            transition,
+            lane: lane.stored(handler, now),
+            by_operator: false,
+        });
+        let (go, spilled) = Self::release(lane, now);
+        drop(lanes);
+        gauge_in_flight(handler, in_flight);
+        self.after(handler, go, spilled, notice);
+    }
+
+    /// Lets a lane's parked jobs go that may, and answers what it let go earlier
+    /// that it has room for now.
+    fn release(lane: &mut Lane<Lease<Job>>, now: Instant) -> (Vec<Lease<Job>>, Option<Uuid>) {
+        let (go, _) = lane.release(now);
+        (go, lane.take_spilled())
+    }
+
+    /// What follows a change of a lane, done without its lock.
+    fn after(&self, handler: &str, go: Vec<Lease<Job>>, spilled: Option<Uuid>, notice: Option<Notice>) {
+        for lease in go {
+            lease.requeue();
+        }
+        if let (Some(from), Some(spill)) = (spilled, self.spill.get()) {
+            spill(from);
+        }
+        if let Some(notice) = notice {
+            if let Some(t) = &notice.transition {
+                set_state_gauge(handler, t.state);
+            }
+            if let Some(listener) = self.listener.get() {
+                let _ = listener.send(notice);
+            }
+        }
+        self.wake.notify_one();
+    }
+
+    /// Jobs parked in every lane.
+    pub(crate) fn parked(&self) -> usize {
+        self.lock().values().map(Lane::parked).sum()
+    }
+
+    /// A job released from a lane will not start after all (finished meanwhile,
+    /// not due, or the store failed): its place in the lane is given back.
+    pub(crate) fn forget(&self, delivery: Uuid) {
+        let now = Instant::now();
+        let mut lanes = self.lock();
+        let Some((name, lane)) = lanes.iter_mut().find(|(_, l)| l.admitted(delivery)) else {
+            return;
+        };
+        let name = name.clone();
+        lane.unadmit(delivery);
+        let in_flight = lane.in_flight();
+        let (go, spilled) = Self::release(lane, now);
+        drop(lanes);
+        gauge_in_flight(&name, in_flight);
+        self.after(&name, go, spilled, None);
+    }
+
+    /// An operator pauses a destination; answers its view.
+    pub(crate) fn pause(&self, name: &str, flow: FlowControl) -> LaneView {
+        self.by_operator(name, flow, |lane, now| lane.pause(now))
+    }
+
+    /// An operator resumes a destination: healthy, its due work runs at once.
+    pub(crate) fn resume(&self, name: &str, flow: FlowControl) -> LaneView {
+        self.by_operator(name, flow, |lane, now| Some(lane.resume(now)))
+    }
+
+    fn by_operator(
+        &self,
+        name: &str,
+        flow: FlowControl,
+        change: impl FnOnce(&mut Lane<Lease<Job>>, Instant) -> Option<Transition>,
+    ) -> LaneView {
+        let now = Instant::now();
+        let mut lanes = self.lock();
+        let lane = lanes
+            .entry(name.to_owned())
+            .or_insert_with(|| Lane::new(flow));
+        let transition = change(lane, now);
+        let notice = Notice {
+            transition,
+            lane: lane.stored(name, now),
+            by_operator: true,
+        };
+        let view = view(lane, now);
+        let (go, spilled) = Self::release(lane, now);
+        // A resumed lane may have let work go while it was blocked.
+        let spilled = spilled.or_else(|| {
+            (view.state == State::Healthy)
+                .then(|| lane.take_spilled())
+                .flatten()
+        });
+        drop(lanes);
+        set_state_gauge(name, view.state);
+        self.after(name, go, spilled, Some(notice));
+        view
+    }
+
+    /// A destination's lane as shown; `None` while it has none yet (healthy, idle).
+    pub(crate) fn view(&self, name: &str) -> Option<LaneView> {
+        let now = Instant::now();
+        self.lock().get(name).map(|lane| view(lane, now))
+    }
+
+    /// Destinations whose lanes hold all they keep in memory, or may not start
+    /// anything now: the refill and the claim leave their work in the table.
+    pub(crate) fn capped(&self) -> Vec<String> {
+        self.lock()
+            .iter()
+            .filter(|(_, lane)| lane.capped())
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    /// A read left out `names` from `from` on: their lanes ask for it back when
+    /// they have room.
+    pub(crate) fn skipped(&self, names: &[String], from: Uuid) {
+        let mut lanes = self.lock();
+        for name in names {
+            if let Some(lane) = lanes.get_mut(name) {
+                lane.spill(from);
+            }
+        }
+    }
+
+    /// True when the destination may not start work now for a reason of its own
+    /// state (paused, failing, disabled) or its limits: its waiting work is not
+    /// due (`QUEUE_MAXSIZE`).
+    pub(crate) fn holds_back(&self, name: &str) -> Option<u32> {
+        let now = Instant::now();
+        self.lock()
+            .get(name)
+            .and_then(|lane| lane.blocked(now).map(|_| lane.in_flight()))
+    }
+
+    /// Wakes lanes that wait for the clock (rate limits, `Retry-After`, probes).
+    async fn timer(self: Arc<Self>) {
+        loop {
+            let woken = self.wake.notified();
+            let now = Instant::now();
+            let mut next: Option<Instant> = None;
+            let mut work = Vec::new();
+            {
+                let mut lanes = self.lock();
+                for (name, lane) in lanes.iter_mut() {
+                    let (go, when) = lane.release(now);
+                    let spilled = lane.take_spilled();
+                    if !go.is_empty() || spilled.is_some() {
+                        work.push((name.clone(), go, spilled));
+                    }
+                    next = match (next, when) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
+            }
+            for (name, go, spilled) in work {
+                for lease in go {
+                    lease.requeue();
+                }
+                if let (Some(from), Some(spill)) = (spilled, self.spill.get()) {
+                    spill(from);
+                }
+                drop(name);
+            }
+            let wait = next.map_or(Duration::from_secs(3600), |t| t.saturating_duration_since(Instant::now()));
+            tokio::select! {
+                () = woken => {}
+                () = tokio::time::sleep(wait) => {}
+            }
+            if Arc::strong_count(&self) == 1 {
+                return; // nobody else holds the lanes: shut down
+            }
+        }
+    }
+}
+
+fn view(lane: &Lane<Lease<Job>>, now: Instant) -> LaneView {
+    LaneView {
+        state: lane.state(now),
+        state_since: lane.state_since,
+        paused_until: lane.paused_until(now),
+        in_flight: lane.in_flight(),
+        consecutive_failures: lane.consecutive_failures,
+        last_error: lane.last_error.clone(),
+    }
+}
+
+fn throttled(name: &str, reason: Reason) {
+    metrics::counter!(names::DESTINATION_THROTTLED, "destination" => name.to_owned(), "reason" => reason.as_str())
+        .increment(1);
+}
+
+fn gauge_in_flight(name: &str, in_flight: u32) {
+    metrics::gauge!(names::DESTINATION_IN_FLIGHT, "destination" => name.to_owned()).set(f64::from(in_flight));
+}
+
+/// `hookbox_destination_state{destination,state}`: 1 for the current state.
+pub(crate) fn set_state_gauge(name: &str, state: State) {
+    for s in State::ALL {
+        metrics::gauge!(names::DESTINATION_STATE, "destination" => name.to_owned(), "state" => s.as_str())
+            .set(if s == state { 1.0 } else { 0.0 });
+    }
+}
