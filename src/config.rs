@@ -68,7 +68,7 @@ pub const SETTINGS: &[(&str, Option<&str>)] = &[
     ("DATABASE_MAX_CONNECTIONS", Some("10")),
     ("HANDLERS_DIR", Some("./handlers")),
     ("SOURCES_DIR", Some("./sources")),
-    ("WORKER_COUNT", Some("16")),
+    ("WORKER_COUNT", Some("128")),
     ("QUEUE_MAXSIZE", Some("10000")),
     ("MAX_ATTEMPTS", Some("5")),
     ("RETRY_BASE_DELAY", Some("5s")),
@@ -613,7 +613,7 @@ mod tests {
     fn defaults_match_the_spec() {
         let c = Config::default();
         assert_eq!(c.bind_addr.to_string(), "0.0.0.0:8000");
-        assert_eq!(c.worker_count, 16);
+        assert_eq!(c.worker_count, 128);
         assert_eq!(c.queue_maxsize, 10_000);
         assert_eq!(c.max_attempts, 5);
         assert_eq!(c.retry_base_delay, Duration::from_secs(5));

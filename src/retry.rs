@@ -247,7 +247,10 @@ mod tests {
             let Decision::Retry { after } = p.decide(1, &Failure::retryable("x"), j) else {
                 panic!("should retry");
             };
-            assert!(after >= MIN_DELAY && after <= MIN_DELAY.mul_f64(1.2), "{after:?}");
+            assert!(
+                after >= MIN_DELAY && after <= MIN_DELAY.mul_f64(1.2),
+                "{after:?}"
+            );
         }
     }
 

@@ -119,7 +119,10 @@ pub fn describe() {
         names::DESTINATION_STATE,
         "1 for each destination's current state (healthy, paused, failing, disabled)"
     );
-    describe_gauge!(names::DESTINATION_IN_FLIGHT, "Attempts running per destination");
+    describe_gauge!(
+        names::DESTINATION_IN_FLIGHT,
+        "Attempts running per destination"
+    );
     describe_counter!(
         names::DESTINATION_THROTTLED,
         "Attempts that waited for their destination, by reason"

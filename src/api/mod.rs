@@ -12,6 +12,7 @@
 
 pub mod auth;
 pub mod dead_letters;
+pub mod destinations;
 pub mod ingest;
 pub mod intake;
 pub mod openapi;

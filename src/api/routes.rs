@@ -11,7 +11,9 @@
 use utoipa_axum::router::UtoipaMethodRouter;
 use utoipa_axum::routes;
 
-use super::{dead_letters, ingest, intake, openapi, probes, sources, status, subscribers};
+use super::{
+    dead_letters, destinations, ingest, intake, openapi, probes, sources, status, subscribers,
+};
 use crate::state::AppState;
 
 /// Who may call a route; it decides the layers the route gets.
@@ -57,6 +59,10 @@ pub fn table() -> Vec<Route> {
             Admin,
             routes!(subscribers::read, subscribers::patch, subscribers::delete),
         ),
+        route(Admin, routes!(destinations::list)),
+        route(Admin, routes!(destinations::read)),
+        route(Admin, routes!(destinations::pause)),
+        route(Admin, routes!(destinations::resume)),
         route(Ingest, routes!(ingest::ingest)),
         route(Admin, routes!(sources::list)),
         route(Admin, routes!(sources::rejected)),

@@ -62,11 +62,6 @@ impl State {
             State::Disabled => "disabled",
         }
     }
-
-    /// The state a stored word names.
-    pub(crate) fn parse(text: &str) -> Option<State> {
-        State::ALL.into_iter().find(|s| s.as_str() == text)
-    }
 }
 
 /// Why an attempt waits (`hookbox_destination_throttled_total{reason}`).
@@ -292,7 +287,13 @@ impl<J> Lane<J> {
 
     /// A delivery wants to start: it goes, waits parked, or (with `may_let_go`,
     /// when the lane holds enough) is let go to the table.
-    pub(crate) fn enter(&mut self, delivery: Uuid, job: J, now: Instant, may_let_go: bool) -> Enter<J> {
+    pub(crate) fn enter(
+        &mut self,
+        delivery: Uuid,
+        job: J,
+        now: Instant,
+        may_let_go: bool,
+    ) -> Enter<J> {
         if self.admitted.remove(&delivery) {
             return Enter::Go(job);
         }
@@ -436,7 +437,9 @@ impl<J> Lane<J> {
             return;
         };
         let since = self.last_success.max(self.failing_since);
-        if since.is_some_and(|s| at.0 - s.0 >= chrono::Duration::from_std(limit).unwrap_or(chrono::Duration::MAX)) {
+        if since.is_some_and(|s| {
+            at.0 - s.0 >= chrono::Duration::from_std(limit).unwrap_or(chrono::Duration::MAX)
+        }) {
             self.circuit = Circuit::Disabled;
         }
     }
@@ -468,47 +471,6 @@ impl<J> Lane<J> {
         }
     }
 
-    /// Restores a stored state (at startup).
-    pub(crate) fn restore(&mut self, stored: &Stored, now: Instant) {
-        self.consecutive_failures = stored.consecutive_failures;
-        self.last_error.clone_from(&stored.last_error);
-        self.state_since = stored.state_since;
-        self.last_success = stored.last_success;
-        self.failing_since = stored.failing_since;
-        match stored.state {
-            State::Disabled => self.circuit = Circuit::Disabled,
-            State::Failing => {
-                self.circuit = Circuit::Open {
-                    next_probe: now + FIRST_PROBE,
-                    interval: FIRST_PROBE,
-                    probing: false,
-                }
-            }
-            State::Paused if stored.paused_until.is_none() => self.paused = true,
-            State::Paused | State::Healthy => {}
-        }
-        if let Some(until) = stored.paused_until {
-            let left = (until.0 - Timestamp::now().0).to_std().unwrap_or_default();
-            if !left.is_zero() {
-                self.paused_until = Some((now + left.min(MAX_PAUSE), until));
-            }
-        }
-    }
-
-    /// What is stored of this lane.
-    pub(crate) fn stored(&self, name: &str, now: Instant) -> Stored {
-        Stored {
-            name: name.to_owned(),
-            state: self.state(now),
-            state_since: self.state_since,
-            paused_until: self.paused_until(now),
-            consecutive_failures: self.consecutive_failures,
-            last_error: self.last_error.clone(),
-            last_success: self.last_success,
-            failing_since: self.failing_since,
-        }
-    }
-
     fn changed(&mut self, before: State, now: Instant) -> Option<Transition> {
         let after = self.state(now);
         (after != before).then(|| {
@@ -519,27 +481,6 @@ impl<J> Lane<J> {
             }
         })
     }
-}
-
-/// A destination's state as stored, so that it survives a restart.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Stored {
-    /// The destination.
-    pub(crate) name: String,
-    /// Its state.
-    pub(crate) state: State,
-    /// Since when.
-    pub(crate) state_since: Timestamp,
-    /// A `Retry-After` pause's end.
-    pub(crate) paused_until: Option<Timestamp>,
-    /// Retryable failures in a row.
-    pub(crate) consecutive_failures: u32,
-    /// The last error.
-    pub(crate) last_error: Option<String>,
-    /// The last success.
-    pub(crate) last_success: Option<Timestamp>,
-    /// The first failure since the last success.
-    pub(crate) failing_since: Option<Timestamp>,
 }
 
 #[cfg(test)]
@@ -568,12 +509,18 @@ mod tests {
         let ids: Vec<Uuid> = (0..4).map(|_| Uuid::now_v7()).collect();
         assert!(matches!(l.enter(ids[0], 0, now, false), Enter::Go(0)));
         assert!(matches!(l.enter(ids[1], 1, now, false), Enter::Go(1)));
-        assert!(matches!(l.enter(ids[2], 2, now, false), Enter::Parked(Reason::MaxInFlight)));
+        assert!(matches!(
+            l.enter(ids[2], 2, now, false),
+            Enter::Parked(Reason::MaxInFlight)
+        ));
         assert!(matches!(l.enter(ids[3], 3, now, false), Enter::Parked(_)));
         assert_eq!(l.release(now).0, Vec::<u32>::new());
         l.finish(Verdict::Success, now);
         assert_eq!(l.release(now).0, vec![2], "the oldest parked goes first");
-        assert!(matches!(l.enter(ids[2], 2, now, false), Enter::Go(2)), "its place is kept");
+        assert!(
+            matches!(l.enter(ids[2], 2, now, false), Enter::Go(2)),
+            "its place is kept"
+        );
         assert_eq!(l.in_flight(), 2);
     }
 
@@ -588,8 +535,14 @@ mod tests {
             disable_after: None,
         });
         let now = Instant::now();
-        assert!(matches!(l.enter(Uuid::now_v7(), 0, now, false), Enter::Go(_)));
-        assert!(matches!(l.enter(Uuid::now_v7(), 1, now, false), Enter::Parked(Reason::RateLimit)));
+        assert!(matches!(
+            l.enter(Uuid::now_v7(), 0, now, false),
+            Enter::Go(_)
+        ));
+        assert!(matches!(
+            l.enter(Uuid::now_v7(), 1, now, false),
+            Enter::Parked(Reason::RateLimit)
+        ));
         let (go, when) = l.release(now);
         assert!(go.is_empty());
         assert_eq!(when, Some(now + Duration::from_millis(100)));
@@ -619,7 +572,11 @@ mod tests {
             now,
         );
         assert_eq!(t.map(|t| t.state), Some(State::Paused));
-        assert_eq!(l.blocked(now), Some((Reason::RetryAfter, Some(now + MAX_PAUSE))), "capped at 1 h");
+        assert_eq!(
+            l.blocked(now),
+            Some((Reason::RetryAfter, Some(now + MAX_PAUSE))),
+            "capped at 1 h"
+        );
         assert_eq!(l.blocked(now + MAX_PAUSE), None);
     }
 
@@ -633,8 +590,14 @@ mod tests {
             last = l.finish(fail(), now);
         }
         assert_eq!(last.map(|t| t.state), Some(State::Failing));
-        assert!(matches!(l.enter(Uuid::now_v7(), 1, now, false), Enter::Parked(Reason::Circuit)));
-        assert!(matches!(l.enter(Uuid::now_v7(), 2, now, false), Enter::Parked(Reason::Circuit)));
+        assert!(matches!(
+            l.enter(Uuid::now_v7(), 1, now, false),
+            Enter::Parked(Reason::Circuit)
+        ));
+        assert!(matches!(
+            l.enter(Uuid::now_v7(), 2, now, false),
+            Enter::Parked(Reason::Circuit)
+        ));
         now += FIRST_PROBE;
         assert_eq!(l.release(now).0, vec![1], "one probe");
         assert!(l.release(now).0.is_empty(), "only one at a time");
@@ -658,7 +621,10 @@ mod tests {
         l.enter(Uuid::now_v7(), 0, now, false);
         let t = l.finish(Verdict::Gone("HTTP 410".into()), now);
         assert_eq!(t.map(|t| t.state), Some(State::Disabled));
-        assert!(matches!(l.enter(Uuid::now_v7(), 1, now, false), Enter::Parked(Reason::Circuit)));
+        assert!(matches!(
+            l.enter(Uuid::now_v7(), 1, now, false),
+            Enter::Parked(Reason::Circuit)
+        ));
         assert!(l.release(now + LAST_PROBE * 10).0.is_empty());
         l.resume(now);
         assert_eq!(l.release(now).0, vec![1]);

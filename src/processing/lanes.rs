@@ -13,34 +13,23 @@
 //! ([`Lanes::on_spill`]); the refill and the claim leave out lanes that hold enough
 //! ([`Lanes::capped`]), so one destination's backlog never fills the window.
 //!
-//! Every change of state is told to whoever listens ([`Lanes::listen`]): the store
-//! keeps it (it survives a restart) and operator events announce it.
+//! Every change of state is logged and shown in `hookbox_destination_state`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
+use tracing::{info, warn};
 use uuid::Uuid;
 
 use crate::model::Timestamp;
 use crate::processing::job::Job;
-use crate::processing::lane::{Enter, Lane, Reason, State, Stored, Transition, Verdict};
+use crate::processing::lane::{Enter, Lane, Reason, State, Transition, Verdict};
 use crate::processing::queue::Lease;
 use crate::registry::Route;
 use crate::registry::flow::FlowControl;
 use crate::telemetry::names;
-
-/// What a listener hears: a lane changed state (with the lane as it is now).
-#[derive(Debug, Clone)]
-pub(crate) struct Notice {
-    /// The change; `None` when only the stored facts changed (failures counted).
-    pub(crate) transition: Option<Transition>,
-    /// The lane's state as stored.
-    pub(crate) lane: Stored,
-    /// An operator asked for it (pause, resume).
-    pub(crate) by_operator: bool,
-}
 
 /// A destination as `GET /destinations` shows its lane.
 #[derive(Debug, Clone)]
@@ -69,7 +58,6 @@ pub(crate) struct Lanes {
     wake: Notify,
     /// Called with the oldest delivery a lane let go, once it has room for it.
     spill: OnceLock<Box<dyn Fn(Uuid) + Send + Sync>>,
-    listener: OnceLock<mpsc::UnboundedSender<Notice>>,
 }
 
 /// A lane's place taken by a running attempt; [`Lanes::finish`] gives it back (or
@@ -98,7 +86,6 @@ impl Lanes {
             let_go,
             wake: Notify::new(),
             spill: OnceLock::new(),
-            listener: OnceLock::new(),
         });
         tokio::spawn(lanes.clone().timer());
         lanes
@@ -113,29 +100,14 @@ impl Lanes {
         let _ = self.spill.set(Box::new(spill));
     }
 
-    /// Sends every change of state to `listener`.
-    pub(crate) fn listen(&self, listener: mpsc::UnboundedSender<Notice>) {
-        let _ = self.listener.set(listener);
-    }
-
-    /// Restores stored states (at startup, before any attempt).
-    pub(crate) fn restore(&self, stored: &[Stored], flows: impl Fn(&str) -> FlowControl) {
-        let now = Instant::now();
-        let mut lanes = self.lock();
-        for s in stored {
-            let lane = lanes
-                .entry(s.name.clone())
-                .or_insert_with(|| Lane::new(flows(&s.name)));
-            lane.restore(s, now);
-            set_state_gauge(&s.name, lane.state(now));
-        }
-        drop(lanes);
-        self.wake.notify_one();
-    }
-
     /// A job of `route` wants to run its attempt now: the slot to run it with, or
     /// `None` when it waits in its lane (or was let go to the table).
-    pub(crate) fn enter(&self, route: &Route, delivery: Uuid, lease: Lease<Job>) -> Option<(Lease<Job>, Slot)> {
+    pub(crate) fn enter(
+        &self,
+        route: &Route,
+        delivery: Uuid,
+        lease: Lease<Job>,
+    ) -> Option<(Lease<Job>, Slot)> {
         let now = Instant::now();
         let mut lanes = self.lock();
         let lane = lanes
@@ -181,18 +153,13 @@ impl Lanes {
 
     fn finished(&self, handler: &str, verdict: Verdict) {
         let now = Instant::now();
-        let counts = matches!(verdict, Verdict::Retryable { .. } | Verdict::Gone(_));
         let mut lanes = self.lock();
         let Some(lane) = lanes.get_mut(handler) else {
             return;
         };
         let transition = lane.finish(verdict, now);
         let in_flight = lane.in_flight();
-        let notice = (transition.is_some() || counts).then(|| Notice {
-            transition,
-            lane: lane.stored(handler, now),
-            by_operator: false,
-        });
+        let notice = transition.map(|t| (t, lane.last_error.clone()));
         let (go, spilled) = Self::release(lane, now);
         drop(lanes);
         gauge_in_flight(handler, in_flight);
@@ -207,19 +174,27 @@ impl Lanes {
     }
 
     /// What follows a change of a lane, done without its lock.
-    fn after(&self, handler: &str, go: Vec<Lease<Job>>, spilled: Option<Uuid>, notice: Option<Notice>) {
+    fn after(
+        &self,
+        handler: &str,
+        go: Vec<Lease<Job>>,
+        spilled: Option<Uuid>,
+        notice: Option<(Transition, Option<String>)>,
+    ) {
         for lease in go {
             lease.requeue();
         }
         if let (Some(from), Some(spill)) = (spilled, self.spill.get()) {
             spill(from);
         }
-        if let Some(notice) = notice {
-            if let Some(t) = &notice.transition {
-                set_state_gauge(handler, t.state);
-            }
-            if let Some(listener) = self.listener.get() {
-                let _ = listener.send(notice);
+        if let Some((t, error)) = notice {
+            set_state_gauge(handler, t.state);
+            let (from, to) = (t.previous.as_str(), t.state.as_str());
+            match t.state {
+                State::Healthy => info!(destination = handler, from, to, "destination recovered"),
+                _ => {
+                    warn!(destination = handler, from, to, last_error = ?error, "destination state changed")
+                }
             }
         }
         self.wake.notify_one();
@@ -268,12 +243,7 @@ impl Lanes {
         let lane = lanes
             .entry(name.to_owned())
             .or_insert_with(|| Lane::new(flow));
-        let transition = change(lane, now);
-        let notice = Notice {
-            transition,
-            lane: lane.stored(name, now),
-            by_operator: true,
-        };
+        let notice = change(lane, now).map(|t| (t, None));
         let view = view(lane, now);
         let (go, spilled) = Self::release(lane, now);
         // A resumed lane may have let work go while it was blocked.
@@ -284,7 +254,7 @@ impl Lanes {
         });
         drop(lanes);
         set_state_gauge(name, view.state);
-        self.after(name, go, spilled, Some(notice));
+        self.after(name, go, spilled, notice);
         view
     }
 
@@ -355,7 +325,9 @@ impl Lanes {
                 }
                 drop(name);
             }
-            let wait = next.map_or(Duration::from_secs(3600), |t| t.saturating_duration_since(Instant::now()));
+            let wait = next.map_or(Duration::from_secs(3600), |t| {
+                t.saturating_duration_since(Instant::now())
+            });
             tokio::select! {
                 () = woken => {}
                 () = tokio::time::sleep(wait) => {}
@@ -384,7 +356,8 @@ fn throttled(name: &str, reason: Reason) {
 }
 
 fn gauge_in_flight(name: &str, in_flight: u32) {
-    metrics::gauge!(names::DESTINATION_IN_FLIGHT, "destination" => name.to_owned()).set(f64::from(in_flight));
+    metrics::gauge!(names::DESTINATION_IN_FLIGHT, "destination" => name.to_owned())
+        .set(f64::from(in_flight));
 }
 
 /// `hookbox_destination_state{destination,state}`: 1 for the current state.

@@ -156,7 +156,14 @@ impl Workers {
                 self.lanes.forget(delivery);
                 let message = format!("no handler named {:?} is registered", task.handler);
                 // No attempt ran: nothing for the attempt history.
-                let o = outcome(&task, Status::Failed, task.attempts, Some(message), None, None);
+                let o = outcome(
+                    &task,
+                    Status::Failed,
+                    task.attempts,
+                    Some(message),
+                    None,
+                    None,
+                );
                 self.hand_over(lease, o).await;
                 continue;
             };
@@ -184,7 +191,10 @@ impl Workers {
 
     /// The store failed before the attempt ran: the job comes back later.
     fn put_back(&self, lease: Lease<Job>, delivery: Uuid, e: &StoreError) {
-        if self.feed.put_back_after((*lease).clone(), RETRY_STORE_AFTER) {
+        if self
+            .feed
+            .put_back_after((*lease).clone(), RETRY_STORE_AFTER)
+        {
             warn!(delivery = %delivery, error = %e, "could not read or start a delivery; retrying in 5s");
         } else {
             // A claimed job carries its task and a failed start is only

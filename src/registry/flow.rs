@@ -74,7 +74,10 @@ impl FlowControl {
             let d = crate::config::parse_limited_duration(text)
                 .map_err(|e| ("disable_after", format!("{text:?}: {e}")))?;
             if d.is_zero() {
-                return Err(("disable_after", format!("{text:?}: expected a duration above 0")));
+                return Err((
+                    "disable_after",
+                    format!("{text:?}: expected a duration above 0"),
+                ));
             }
             flow.disable_after = Some(d);
         }

@@ -141,11 +141,37 @@ pub(crate) mod sql {
         active = $8, updated_at = $10, max_in_flight = $11, rate_limit = $12, \
         disable_after = $13 WHERE name = $1";
 
+    /// Unfinished deliveries per handler, with the oldest's creation time.
+    pub(crate) const DESTINATION_BACKLOG: &str = "SELECT handler, CAST(COUNT(*) AS INTEGER) AS n, \
+        MIN(created_at) AS oldest FROM deliveries \
+        WHERE status IN ('pending', 'processing') GROUP BY handler";
+
     /// Every subscriber, by name.
     pub(crate) const SELECT_SUBSCRIBERS: &str = "SELECT name, event_types, url, secret, \
         ordering_key, max_attempts, backoff, active, created_at, updated_at, \
         max_in_flight, rate_limit, disable_after FROM subscribers ORDER BY name";
+}
 
+/// One handler's unfinished deliveries ([`Store::destination_backlog`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DestinationBacklog {
+    /// The handler.
+    pub handler: String,
+    /// Deliveries `pending` or `processing`.
+    pub pending: u64,
+    /// When the oldest of them was created.
+    pub oldest: Option<Timestamp>,
+}
+
+/// Decodes the rows of [`sql::DESTINATION_BACKLOG`].
+pub(in crate::store) fn destination_backlog_row(
+    row: &impl rows::RowExt,
+) -> Result<DestinationBacklog, StoreError> {
+    Ok(DestinationBacklog {
+        handler: row.text("handler")?.to_owned(),
+        pending: u64::try_from(row.int("n")?).unwrap_or(0),
+        oldest: row.opt_timestamp("oldest")?,
+    })
 }
 
 /// How long [`Store::stats`] answers with the counts it last computed.
@@ -311,6 +337,10 @@ pub trait Store: Send + Sync + 'static {
     /// Counts for the gauges of `/metrics` (docs/api.md), computed at most once per
     /// [`STATS_MAX_AGE`] (callers in between get the last counts).
     async fn stats(&self) -> Result<Stats, StoreError>;
+
+    /// Unfinished deliveries per handler: how many, and when the oldest was
+    /// created (`GET /destinations`).
+    async fn destination_backlog(&self) -> Result<Vec<DestinationBacklog>, StoreError>;
 
     /// What the console's overview shows: events by status, deliveries per
     /// handler, and the per-minute series of the hour that ends with `now`'s minute

@@ -10,6 +10,7 @@ mod browser;
 mod config;
 mod console;
 mod delivery;
+mod destinations;
 mod docs;
 mod durability;
 mod frontdoor;

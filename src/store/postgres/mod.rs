@@ -387,6 +387,15 @@ impl Store for PgStore {
         self.stats.get(self.count()).await
     }
 
+    async fn destination_backlog(&self) -> Result<Vec<super::DestinationBacklog>, StoreError> {
+        sqlx::query(super::sql::DESTINATION_BACKLOG)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(super::destination_backlog_row)
+            .collect()
+    }
+
     async fn overview(
         &self,
         now: Timestamp,
@@ -454,11 +463,11 @@ impl Store for PgStore {
 
     async fn subscribers(&self) -> Result<Vec<Subscriber>, StoreError> {
         sqlx::query(crate::store::sql::SELECT_SUBSCRIBERS)
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(rows::subscriber)
-        .collect()
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(rows::subscriber)
+            .collect()
     }
 
     /// The subscribers and their version (migration 0009), read in one snapshot.
@@ -471,11 +480,11 @@ impl Store for PgStore {
             .fetch_one(&mut *tx)
             .await?;
         let subscribers = sqlx::query(crate::store::sql::SELECT_SUBSCRIBERS)
-        .fetch_all(&mut *tx)
-        .await?
-        .iter()
-        .map(rows::subscriber)
-        .collect::<Result<Vec<_>, _>>()?;
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(rows::subscriber)
+            .collect::<Result<Vec<_>, _>>()?;
         tx.commit().await?;
         Ok((subscribers, u64::try_from(version).unwrap_or(0)))
     }

@@ -225,8 +225,16 @@ mod tests {
         let id = "019ab000-0000-7000-8000-000000000000";
         let now = "2026-11-26T00:00:00.000Z";
         for (sql, binds, index) in [
-            (super::FRESH_AFTER, vec![id, "[\"h\"]", "100"], "deliveries_fresh"),
-            (super::DUE_RETRIES, vec![now, "[\"h\"]", "100"], "deliveries_retry"),
+            (
+                super::FRESH_AFTER,
+                vec![id, "[\"h\"]", "100"],
+                "deliveries_fresh",
+            ),
+            (
+                super::DUE_RETRIES,
+                vec![now, "[\"h\"]", "100"],
+                "deliveries_retry",
+            ),
             (super::NEXT_RETRY, vec![now], "deliveries_retry"),
             (
                 super::HEAD_OF_KEY,

@@ -391,6 +391,17 @@ impl Store for SqliteStore {
         self.stats.get(self.count()).await
     }
 
+    async fn destination_backlog(
+        &self,
+    ) -> Result<Vec<crate::store::DestinationBacklog>, StoreError> {
+        sqlx::query(crate::store::sql::DESTINATION_BACKLOG)
+            .fetch_all(&self.read)
+            .await?
+            .iter()
+            .map(crate::store::destination_backlog_row)
+            .collect()
+    }
+
     async fn overview(
         &self,
         now: Timestamp,
@@ -427,11 +438,11 @@ impl Store for SqliteStore {
 
     async fn subscribers(&self) -> Result<Vec<Subscriber>, StoreError> {
         sqlx::query(crate::store::sql::SELECT_SUBSCRIBERS)
-        .fetch_all(&self.read)
-        .await?
-        .iter()
-        .map(rows::subscriber)
-        .collect()
+            .fetch_all(&self.read)
+            .await?
+            .iter()
+            .map(rows::subscriber)
+            .collect()
     }
 
     async fn insert_subscriber(&self, subscriber: Subscriber) -> Result<bool, StoreError> {

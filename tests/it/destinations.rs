@@ -1,0 +1,221 @@
+//! Destinations: every handler has its own lane. A slow, silent, hung or
+//! rate-limited destination delays only its own deliveries; `max_in_flight`,
+//! `Retry-After` and the operator's pause hold at the receiver.
+
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::harness::{
+    Hookbox, eventually, exec_manifest, http_manifest, new_dir, on_both_backends, script,
+};
+use crate::receiver::{Answer, Receiver};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn event(event_type: &str, n: usize) -> Value {
+    json!({"event_type": event_type, "payload": {"n": n}})
+}
+
+/// Accepts connections and never answers; keeps them open until dropped.
+struct Silent {
+    url: String,
+    _listener: std::thread::JoinHandle<()>,
+}
+
+impl Silent {
+    fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let thread = std::thread::spawn(move || {
+            let mut open = Vec::new();
+            for conn in listener.incoming().flatten() {
+                open.push(conn); // held, never answered
+            }
+        });
+        Self {
+            url,
+            _listener: thread,
+        }
+    }
+}
+
+on_both_backends! {
+/// Three destinations that answer after 2 s with 60 deliveries waiting each, one
+/// that never answers and an exec handler that hangs: a new event for another
+/// destination is still delivered at once.
+fn a_slow_destination_delays_only_its_own_deliveries(db: &Db) {
+    let dir = new_dir();
+    let slow: Vec<Receiver> = (0..3).map(|_| Receiver::start()).collect();
+    for (n, r) in slow.iter().enumerate() {
+        r.set_default(Answer::status(200).after(Duration::from_secs(2)));
+        http_manifest(dir.path(), &format!("slow-{n}"), &format!("[\"slow.{n}\"]"), &r.url, "", "");
+    }
+    let silent = Silent::start();
+    http_manifest(dir.path(), "silent", "[\"silent\"]", &silent.url, "timeout = \"60s\"", "");
+    let hang = script(dir.path(), "hang.sh", "sleep 60");
+    exec_manifest(dir.path(), "hung", "[\"hung\"]", &hang, "timeout = \"60s\"");
+    let fast = Receiver::start();
+    http_manifest(dir.path(), "fast", "[\"fast\"]", &fast.url, "", "");
+    let env = [("ALLOWED_TARGETS", "127.0.0.0/8")];
+    let hb = Hookbox::restart(dir, &db.env(&env));
+    for n in 0..60 {
+        for s in 0..3 {
+            assert_eq!(hb.post(&event(&format!("slow.{s}"), n), &[]).status, 202);
+        }
+    }
+    for n in 0..20 {
+        assert_eq!(hb.post(&event("silent", n), &[]).status, 202);
+        assert_eq!(hb.post(&event("hung", n), &[]).status, 202);
+    }
+    // Let the slow ones take every place they may.
+    eventually(WAIT, "the slow receivers to be busy", || {
+        slow.iter().all(|r| r.count() >= 8).then_some(())
+    });
+    for n in 0..5 {
+        let posted = Instant::now();
+        let r = hb.post(&event("fast", n), &[]);
+        assert_eq!(r.status, 202, "{}", r.text);
+        fast.wait_for(n + 1, WAIT);
+        let took = posted.elapsed();
+        assert!(took < Duration::from_secs(2), "delivery {n} took {took:?} behind the slow ones");
+    }
+    // Each slow destination never ran more than its max_in_flight (8) at once.
+    for r in &slow {
+        let arrived: Vec<Instant> = r.requests().iter().map(|q| q.at).collect();
+        for (i, t) in arrived.iter().enumerate() {
+            let overlapping = arrived[i..].iter().filter(|u| **u < *t + Duration::from_millis(1500)).count();
+            assert!(overlapping <= 8, "{overlapping} attempts at once");
+        }
+    }
+    let list = hb.call("GET", "/destinations", None, &[]).json();
+    let items = list["items"].as_array().expect("items");
+    assert_eq!(items.len(), 6, "{list}");
+    let slow0 = items.iter().find(|d| d["name"] == "slow-0").expect("slow-0");
+    assert_eq!(slow0["max_in_flight"], 8, "{slow0}");
+    assert_eq!(slow0["state"], "healthy", "{slow0}");
+    assert!(slow0["pending"].as_u64().expect("pending") > 0, "{slow0}");
+}
+}
+
+on_both_backends! {
+/// `max_in_flight = 2`: never more than two attempts at once at the receiver.
+fn max_in_flight_holds_at_the_receiver(db: &Db) {
+    let dir = new_dir();
+    let r = Receiver::start();
+    r.set_default(Answer::status(200).after(Duration::from_millis(400)));
+    http_manifest(dir.path(), "two", "[\"t\"]", &r.url, "max_in_flight = 2", "");
+    let hb = Hookbox::restart(dir, &db.env(&[("ALLOWED_TARGETS", "127.0.0.0/8")]));
+    for n in 0..8 {
+        assert_eq!(hb.post(&event("t", n), &[]).status, 202);
+    }
+    let got = r.wait_for(8, WAIT);
+    let arrived: Vec<Instant> = got.iter().map(|q| q.at).collect();
+    for (i, t) in arrived.iter().enumerate() {
+        let at_once = arrived[i..].iter().filter(|u| **u < *t + Duration::from_millis(350)).count();
+        assert!(at_once <= 2, "{at_once} attempts within one answer's time");
+    }
+}
+}
+
+on_both_backends! {
+/// A 429 with `Retry-After` pauses that destination only: its other deliveries
+/// wait without using attempts, another destination goes on.
+fn retry_after_pauses_only_its_destination(db: &Db) {
+    let dir = new_dir();
+    let (asks, other) = (Receiver::start(), Receiver::start());
+    asks.then(Answer::status(429).retry_after("3"));
+    http_manifest(dir.path(), "asks", "[\"a\"]", &asks.url, "max_in_flight = 1", "");
+    http_manifest(dir.path(), "other", "[\"b\"]", &other.url, "", "");
+    let hb = Hookbox::restart(dir, &db.env(&[("ALLOWED_TARGETS", "127.0.0.0/8")]));
+    let ids: Vec<String> = (0..4)
+        .map(|n| hb.post(&event("a", n), &[]).json()["id"].as_str().expect("id").to_owned())
+        .collect();
+    asks.wait_for(1, WAIT);
+    let paused = eventually(WAIT, "paused", || {
+        let d = hb.call("GET", "/destinations/asks", None, &[]).json();
+        (d["state"] == "paused").then_some(d)
+    });
+    assert!(paused["paused_until"].is_string(), "{paused}");
+    for n in 0..3 {
+        hb.post(&event("b", n), &[]);
+    }
+    other.wait_for(3, Duration::from_secs(2));
+    assert_eq!(asks.count(), 1, "nothing reaches a paused destination");
+    for id in &ids {
+        hb.wait_status(id, "completed", WAIT);
+    }
+    let got = asks.requests();
+    assert_eq!(got.len(), 5, "one retry, no attempt burned");
+    assert!(got[1].at >= got[0].at + Duration::from_millis(2900), "waited for Retry-After");
+}
+}
+
+on_both_backends! {
+/// An operator's pause holds every delivery (nothing dropped) until resumed.
+fn pause_and_resume(db: &Db) {
+    let dir = new_dir();
+    let r = Receiver::start();
+    http_manifest(dir.path(), "billing", "[\"t\"]", &r.url, "rate_limit = \"20/s\"", "");
+    let hb = Hookbox::restart(dir, &db.env(&[("ALLOWED_TARGETS", "127.0.0.0/8")]));
+    let paused = hb.call("POST", "/destinations/billing/pause", Some(&json!({})), &[]);
+    assert_eq!(paused.status, 200, "{}", paused.text);
+    assert_eq!(paused.json()["state"], "paused");
+    assert_eq!(paused.json()["paused_until"], Value::Null);
+    assert_eq!(paused.json()["rate_limit"], "20/s");
+    let ids: Vec<String> = (0..5)
+        .map(|n| hb.post(&event("t", n), &[]).json()["id"].as_str().expect("id").to_owned())
+        .collect();
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(r.count(), 0, "a paused destination gets nothing");
+    let d = hb.call("GET", "/destinations/billing", None, &[]).json();
+    assert_eq!(d["pending"], 5, "{d}");
+    let resumed = hb.call("POST", "/destinations/billing/resume", Some(&json!({})), &[]);
+    assert_eq!(resumed.json()["state"], "healthy", "{}", resumed.text);
+    for id in &ids {
+        hb.wait_status(id, "completed", WAIT);
+    }
+    assert_eq!(
+        hb.call("GET", "/destinations/nope", None, &[]).status,
+        404
+    );
+}
+}
+
+#[test]
+fn flow_settings_are_checked() {
+    let dir = new_dir();
+    http_manifest(
+        dir.path(),
+        "bad",
+        "[\"t\"]",
+        "https://example.com/h",
+        "rate_limit = \"fast\"",
+        "",
+    );
+    let out = std::process::Command::new(crate::harness::bin())
+        .env("HANDLERS_DIR", dir.path().join("handlers"))
+        .env("DB_PATH", dir.path().join("db.sqlite"))
+        .env("BIND_ADDR", "127.0.0.1:0")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("rate_limit"), "{stderr}");
+    let hb = Hookbox::start(&[]);
+    for body in [
+        json!({"name": "s", "event_types": ["t"], "url": "https://example.com/h", "max_in_flight": 0}),
+        json!({"name": "s", "event_types": ["t"], "url": "https://example.com/h", "rate_limit": "5/d"}),
+        json!({"name": "s", "event_types": ["t"], "url": "https://example.com/h", "disable_after": "soon"}),
+    ] {
+        let r = hb.call("POST", "/subscribers", Some(&body), &[]);
+        assert_eq!(r.status, 422, "{body}: {}", r.text);
+    }
+    let ok = json!({"name": "s", "event_types": ["t"], "url": "https://example.com/h", "max_in_flight": 3, "rate_limit": "600/m"});
+    let r = hb.call("POST", "/subscribers", Some(&ok), &[]);
+    assert_eq!(r.status, 201, "{}", r.text);
+    let d = hb.call("GET", "/destinations/s", None, &[]).json();
+    assert_eq!(d["max_in_flight"], 3, "{d}");
+    assert_eq!(d["rate_limit"], "600/m", "{d}");
+}
