@@ -70,6 +70,7 @@ pub const SETTINGS: &[(&str, Option<&str>)] = &[
     ("SOURCES_DIR", Some("./sources")),
     ("WORKER_COUNT", Some("128")),
     ("QUEUE_MAXSIZE", Some("10000")),
+    ("MAX_BACKLOG", Some("10000000")),
     ("MAX_ATTEMPTS", Some("5")),
     ("RETRY_BASE_DELAY", Some("5s")),
     ("RETRY_MAX_DELAY", Some("300s")),
@@ -178,8 +179,10 @@ pub struct Config {
     pub sources_dir: PathBuf,
     /// Worker tasks (0 = this instance only accepts events).
     pub worker_count: usize,
-    /// In-memory queue bound; full → 429.
+    /// Bound on due work (what a destination could take now); past it → 429.
     pub queue_maxsize: usize,
+    /// Bound on every pending delivery, whatever holds it back; past it → 429.
+    pub max_backlog: usize,
     /// Attempts before dead-letter.
     pub max_attempts: u32,
     /// Backoff base.
@@ -276,6 +279,7 @@ impl Config {
             sources_dir: PathBuf::from(s.text("SOURCES_DIR")),
             worker_count: s.parse("WORKER_COUNT", "a whole number")?,
             queue_maxsize: s.positive("QUEUE_MAXSIZE")?,
+            max_backlog: s.positive("MAX_BACKLOG")?,
             max_attempts: s.positive("MAX_ATTEMPTS")?,
             retry_base_delay: s.duration("RETRY_BASE_DELAY")?,
             retry_max_delay: s.duration("RETRY_MAX_DELAY")?,
@@ -615,6 +619,7 @@ mod tests {
         assert_eq!(c.bind_addr.to_string(), "0.0.0.0:8000");
         assert_eq!(c.worker_count, 128);
         assert_eq!(c.queue_maxsize, 10_000);
+        assert_eq!(c.max_backlog, 10_000_000);
         assert_eq!(c.max_attempts, 5);
         assert_eq!(c.retry_base_delay, Duration::from_secs(5));
         assert_eq!(c.retry_max_delay, Duration::from_secs(300));
@@ -634,6 +639,7 @@ mod tests {
             ("BIND_ADDR", "nowhere"),
             ("WORKER_COUNT", "-1"),
             ("QUEUE_MAXSIZE", "0"),
+            ("MAX_BACKLOG", "none"),
             ("MAX_ATTEMPTS", "x"),
             ("RETRY_BASE_DELAY", "soon"),
             ("HANDLER_TIMEOUT", "0s"),

@@ -114,7 +114,8 @@ pub(crate) fn new_pair(
     let (processing, dispatch, load, window): (_, Arc<dyn Dispatch>, Arc<dyn LoadSignal>, _) =
         match feed {
             Feed::Due(due) => {
-                let window = Window::new(due, config.queue_maxsize, lanes.clone());
+                let window =
+                    Window::new(due, config.queue_maxsize, config.max_backlog, lanes.clone());
                 (
                     Processing::Local(window.clone()),
                     window.clone(),
@@ -123,9 +124,11 @@ pub(crate) fn new_pair(
                 )
             }
             Feed::Claims(claims) => {
+                // The shared backlog counts held-back work too (for now): both
+                // bounds apply to it alike.
                 let claims = Claims::new(
                     claims,
-                    config.queue_maxsize,
+                    config.queue_maxsize.min(config.max_backlog),
                     config.worker_count,
                     config.lease_timeout,
                     lanes.clone(),

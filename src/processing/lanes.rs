@@ -110,9 +110,12 @@ impl Lanes {
     ) -> Option<(Lease<Job>, Slot)> {
         let now = Instant::now();
         let mut lanes = self.lock();
-        let lane = lanes
-            .entry(route.name.clone())
-            .or_insert_with(|| Lane::new(route.flow.clone()));
+        if !lanes.contains_key(&route.name) {
+            lanes.insert(route.name.clone(), Lane::new(route.flow.clone()));
+        }
+        let Some(lane) = lanes.get_mut(&route.name) else {
+            return None; // just inserted
+        };
         if lane.flow != route.flow {
             lane.flow = route.flow.clone();
         }

@@ -78,6 +78,8 @@ pub(crate) struct Window {
     per_lane: Mutex<HashMap<String, i64>>,
     /// `QUEUE_MAXSIZE`.
     capacity: usize,
+    /// `MAX_BACKLOG`.
+    max_backlog: usize,
     gate: OrderingGate,
     /// The destinations' lanes: the refill leaves out those that hold enough.
     lanes: Arc<Lanes>,
@@ -107,7 +109,12 @@ struct State {
 impl Window {
     /// A window over `due` that answers 429 once the pending backlog reaches
     /// `capacity`.
-    pub(crate) fn new(due: Arc<dyn DueStore>, capacity: usize, lanes: Arc<Lanes>) -> Arc<Self> {
+    pub(crate) fn new(
+        due: Arc<dyn DueStore>,
+        capacity: usize,
+        max_backlog: usize,
+        lanes: Arc<Lanes>,
+    ) -> Arc<Self> {
         let window = Arc::new_cyclic(|me: &Weak<Window>| {
             let on_release = me.clone();
             Self {
@@ -132,6 +139,7 @@ impl Window {
                 backlog: AtomicI64::new(0),
                 per_lane: Mutex::new(HashMap::new()),
                 capacity,
+                max_backlog,
                 gate: OrderingGate::default(),
                 lanes: lanes.clone(),
             }
@@ -563,8 +571,11 @@ impl Dispatch for Window {
 }
 
 impl LoadSignal for Window {
+    /// Due work at `QUEUE_MAXSIZE`, or every pending delivery at `MAX_BACKLOG`.
     fn overloaded(&self) -> Option<Duration> {
-        (Dispatch::depth(self) >= self.capacity).then_some(Duration::from_secs(1))
+        let all = usize::try_from(self.backlog.load(Ordering::Relaxed).max(0)).unwrap_or(0);
+        (Dispatch::depth(self) >= self.capacity || all >= self.max_backlog)
+            .then_some(Duration::from_secs(1))
     }
 }
 

@@ -219,3 +219,44 @@ fn flow_settings_are_checked() {
     assert_eq!(d["max_in_flight"], 3, "{d}");
     assert_eq!(d["rate_limit"], "600/m", "{d}");
 }
+
+/// SQLite: deliveries that a silent destination holds back (at its
+/// `max_in_flight`) or that a paused one keeps are not due work: intake goes on
+/// accepting events for others past `QUEUE_MAXSIZE`, until `MAX_BACKLOG`.
+#[test]
+fn held_back_work_does_not_fill_the_queue() {
+    let dir = new_dir();
+    let silent = Silent::start();
+    http_manifest(
+        dir.path(),
+        "silent",
+        "[\"silent\"]",
+        &silent.url,
+        "timeout = \"60s\"",
+        "",
+    );
+    let ok = Receiver::start();
+    http_manifest(dir.path(), "ok", "[\"ok\"]", &ok.url, "", "");
+    let env = [
+        ("ALLOWED_TARGETS", "127.0.0.0/8"),
+        ("QUEUE_MAXSIZE", "20"),
+        ("MAX_BACKLOG", "60"),
+    ];
+    let hb = Hookbox::restart(dir, &env);
+    for n in 0..40 {
+        let r = hb.post(&event("silent", n), &[]);
+        assert_eq!(r.status, 202, "event {n}: {}", r.text);
+    }
+    for n in 0..5 {
+        let r = hb.post(&event("ok", n), &[]);
+        assert_eq!(r.status, 202, "{}", r.text);
+    }
+    ok.wait_for(5, WAIT);
+    let paused = hb.call("POST", "/destinations/silent/pause", Some(&json!({})), &[]);
+    assert_eq!(paused.status, 200, "{}", paused.text);
+    let refused = eventually(WAIT, "a 429 at MAX_BACKLOG", || {
+        let r = hb.post(&event("silent", 100), &[]);
+        (r.status != 202).then_some(r)
+    });
+    refused.assert_problem(429, "overloaded");
+}
