@@ -316,6 +316,17 @@ async fn run_workers(
     } = processing
         .start(&state.inbox, &stop_claiming, &stop_leases)
         .await?;
+    // Destinations paused, failing or disabled before a restart stay so; what
+    // changes from now on is kept and announced (operator events).
+    crate::operator::restore(&*store, &lanes, &state.registry).await?;
+    let (notices, heard) = tokio::sync::mpsc::unbounded_channel();
+    lanes.listen(notices);
+    tokio::spawn(crate::operator::run(
+        state.inbox.clone(),
+        store.clone(),
+        state.registry.clone(),
+        heard,
+    ));
     let crew = Workers {
         queue: queue.clone(),
         store: store.clone(),

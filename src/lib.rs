@@ -65,6 +65,7 @@ pub mod json;
 /// (crates/hookbox-layers): the same paths as before it moved out.
 pub use hookbox_layers as layers;
 pub mod model;
+pub(crate) mod operator;
 pub(crate) mod processing;
 pub mod redact;
 pub mod registry;

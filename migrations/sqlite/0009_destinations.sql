@@ -12,3 +12,12 @@ CREATE INDEX deliveries_fresh ON deliveries (id, handler)
 DROP INDEX deliveries_retry;
 CREATE INDEX deliveries_retry ON deliveries (retry_after, id, handler)
     WHERE status IN ('pending', 'processing') AND retry_after IS NOT NULL;
+
+-- What an operator or the circuit decided about each destination (JSON text:
+-- state, since when, a Retry-After pause's end, failures in a row, the last
+-- error), so that a pause, an open circuit or a disabled destination survives a
+-- restart (src/processing/lane.rs).
+CREATE TABLE destinations (
+    name  TEXT PRIMARY KEY NOT NULL,
+    state TEXT NOT NULL
+);

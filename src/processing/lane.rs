@@ -471,6 +471,50 @@ impl<J> Lane<J> {
         }
     }
 
+    /// What is kept of this lane across a restart.
+    pub(crate) fn stored(&self, now: Instant) -> Stored {
+        let ts = |t: Option<Timestamp>| t.map(|t| t.to_rfc3339());
+        Stored {
+            state: self.state(now).as_str().to_owned(),
+            state_since: self.state_since.to_rfc3339(),
+            paused_until: ts(self.paused_until(now)),
+            consecutive_failures: self.consecutive_failures,
+            last_error: self.last_error.clone(),
+            last_success: ts(self.last_success),
+            failing_since: ts(self.failing_since),
+        }
+    }
+
+    /// Takes back what was kept (at startup, before any attempt): a paused,
+    /// failing or disabled destination stays so; a failing one probes first.
+    pub(crate) fn restore(&mut self, stored: &Stored, now: Instant) {
+        let ts = |t: &Option<String>| t.as_deref().and_then(Timestamp::parse);
+        self.consecutive_failures = stored.consecutive_failures;
+        self.last_error.clone_from(&stored.last_error);
+        self.state_since = Timestamp::parse(&stored.state_since).unwrap_or(self.state_since);
+        self.last_success = ts(&stored.last_success);
+        self.failing_since = ts(&stored.failing_since);
+        let until = ts(&stored.paused_until);
+        match stored.state.as_str() {
+            "disabled" => self.circuit = Circuit::Disabled,
+            "failing" => {
+                self.circuit = Circuit::Open {
+                    next_probe: now,
+                    interval: FIRST_PROBE,
+                    probing: false,
+                }
+            }
+            "paused" if until.is_none() => self.paused = true,
+            _ => {}
+        }
+        if let Some(until) = until {
+            let left = (until.0 - Timestamp::now().0).to_std().unwrap_or_default();
+            if !left.is_zero() {
+                self.paused_until = Some((now + left.min(MAX_PAUSE), until));
+            }
+        }
+    }
+
     fn changed(&mut self, before: State, now: Instant) -> Option<Transition> {
         let after = self.state(now);
         (after != before).then(|| {
@@ -481,6 +525,25 @@ impl<J> Lane<J> {
             }
         })
     }
+}
+
+/// A lane as kept in the database (JSON text, the same on both backends).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Stored {
+    /// `healthy`, `paused`, `failing` or `disabled`.
+    pub(crate) state: String,
+    /// When it became so (RFC 3339).
+    pub(crate) state_since: String,
+    /// A `Retry-After` pause's end.
+    pub(crate) paused_until: Option<String>,
+    /// Retryable failures in a row.
+    pub(crate) consecutive_failures: u32,
+    /// The last error.
+    pub(crate) last_error: Option<String>,
+    /// The last success.
+    pub(crate) last_success: Option<String>,
+    /// The first failure since the last success.
+    pub(crate) failing_since: Option<String>,
 }
 
 #[cfg(test)]
@@ -612,6 +675,25 @@ mod tests {
         let t = l.finish(Verdict::Success, now);
         assert_eq!(t.map(|t| t.state), Some(State::Healthy));
         assert_eq!(l.consecutive_failures, 0);
+    }
+
+    #[test]
+    fn a_stored_state_comes_back() {
+        let now = Instant::now();
+        let mut l = lane(8);
+        l.pause(now);
+        let kept = l.stored(now);
+        let mut back = lane(8);
+        back.restore(&kept, now);
+        assert_eq!(back.state(now), State::Paused);
+        assert_eq!(back.blocked(now), Some((Reason::Paused, None)));
+        let mut l = lane(8);
+        l.enter(Uuid::now_v7(), 0, now, false);
+        l.finish(Verdict::Gone("HTTP 410".into()), now);
+        let mut back = lane(8);
+        back.restore(&l.stored(now), now);
+        assert_eq!(back.state(now), State::Disabled);
+        assert_eq!(back.last_error.as_deref(), Some("HTTP 410"));
     }
 
     #[test]

@@ -19,17 +19,54 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, mpsc};
 use tracing::{info, warn};
 use uuid::Uuid;
 
 use crate::model::Timestamp;
 use crate::processing::job::Job;
-use crate::processing::lane::{Enter, Lane, Reason, State, Transition, Verdict};
+use crate::processing::lane::{Enter, Lane, Reason, State, Stored, Transition, Verdict};
 use crate::processing::queue::Lease;
 use crate::registry::Route;
 use crate::registry::flow::FlowControl;
 use crate::telemetry::names;
+
+/// What the lanes and the workers tell whoever keeps and announces it
+/// ([`crate::operator`]).
+#[derive(Debug, Clone)]
+pub(crate) enum Notice {
+    /// A destination's state changed, or an operator acted on it.
+    Destination {
+        /// The destination.
+        name: String,
+        /// The change, if the state changed.
+        transition: Option<Transition>,
+        /// Its state to keep.
+        stored: Stored,
+        /// An operator's pause or resume.
+        by_operator: bool,
+        /// Caused by a delivery of a `hookbox.*` event: kept, not announced.
+        quiet: bool,
+    },
+    /// A delivery was dead-lettered.
+    DeadLettered {
+        /// Its destination.
+        destination: String,
+        /// Its event.
+        event_id: Uuid,
+        /// The event's type.
+        event_type: String,
+        /// Attempts made.
+        attempts: u32,
+        /// The last error.
+        last_error: Option<String>,
+    },
+}
+
+/// True for the types of operator events (their deliveries raise none).
+pub(crate) fn is_operator_event(event_type: &str) -> bool {
+    event_type.starts_with("hookbox.")
+}
 
 /// A destination as `GET /destinations` shows its lane.
 #[derive(Debug, Clone)]
@@ -58,6 +95,8 @@ pub(crate) struct Lanes {
     wake: Notify,
     /// Called with the oldest delivery a lane let go, once it has room for it.
     spill: OnceLock<Box<dyn Fn(Uuid) + Send + Sync>>,
+    /// Who keeps and announces changes (operator events).
+    listener: OnceLock<mpsc::UnboundedSender<Notice>>,
 }
 
 /// A lane's place taken by a running attempt; [`Lanes::finish`] gives it back (or
@@ -66,12 +105,15 @@ pub(crate) struct Slot {
     lanes: Arc<Lanes>,
     handler: String,
     done: bool,
+    /// The attempt delivers an operator event: what it causes is not announced.
+    quiet: bool,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         if !self.done {
-            self.lanes.finished(&self.handler, Verdict::Abandoned);
+            self.lanes
+                .finished(&self.handler, Verdict::Abandoned, self.quiet);
         }
     }
 }
@@ -86,6 +128,7 @@ impl Lanes {
             let_go,
             wake: Notify::new(),
             spill: OnceLock::new(),
+            listener: OnceLock::new(),
         });
         tokio::spawn(lanes.clone().timer());
         lanes
@@ -93,6 +136,36 @@ impl Lanes {
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Lane<Lease<Job>>>> {
         self.lanes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sends every change of state (and operator's action) to `listener`.
+    pub(crate) fn listen(&self, listener: mpsc::UnboundedSender<Notice>) {
+        let _ = self.listener.set(listener);
+    }
+
+    fn tell(&self, notice: Notice) {
+        if let Some(listener) = self.listener.get() {
+            let _ = listener.send(notice);
+        }
+    }
+
+    /// A delivery was dead-lettered (unless it delivered an operator event).
+    pub(crate) fn dead_lettered(&self, notice: Notice) {
+        self.tell(notice);
+    }
+
+    /// Takes back a destination's kept state (at startup, before any attempt).
+    pub(crate) fn restore(&self, name: &str, stored: &Stored, flow: FlowControl) {
+        let now = Instant::now();
+        let mut lanes = self.lock();
+        let lane = lanes
+            .entry(name.to_owned())
+            .or_insert_with(|| Lane::new(flow));
+        lane.restore(stored, now);
+        let state = lane.state(now);
+        drop(lanes);
+        set_state_gauge(name, state);
+        self.wake.notify_one();
     }
 
     /// Sets what is called when a lane has room for work it let go.
@@ -107,6 +180,7 @@ impl Lanes {
         route: &Route,
         delivery: Uuid,
         lease: Lease<Job>,
+        quiet: bool,
     ) -> Option<(Lease<Job>, Slot)> {
         let now = Instant::now();
         let mut lanes = self.lock();
@@ -132,6 +206,7 @@ impl Lanes {
                         lanes: me,
                         handler: route.name.clone(),
                         done: false,
+                        quiet,
                     },
                 ))
             }
@@ -151,10 +226,10 @@ impl Lanes {
     /// The attempt run with `slot` ended with `verdict`.
     pub(crate) fn finish(&self, mut slot: Slot, verdict: Verdict) {
         slot.done = true;
-        self.finished(&slot.handler, verdict);
+        self.finished(&slot.handler, verdict, slot.quiet);
     }
 
-    fn finished(&self, handler: &str, verdict: Verdict) {
+    fn finished(&self, handler: &str, verdict: Verdict, quiet: bool) {
         let now = Instant::now();
         let mut lanes = self.lock();
         let Some(lane) = lanes.get_mut(handler) else {
@@ -163,9 +238,19 @@ impl Lanes {
         let transition = lane.finish(verdict, now);
         let in_flight = lane.in_flight();
         let notice = transition.map(|t| (t, lane.last_error.clone()));
+        let kept = notice.as_ref().map(|_| lane.stored(now));
         let (go, spilled) = Self::release(lane, now);
         drop(lanes);
         gauge_in_flight(handler, in_flight);
+        if let (Some((t, _)), Some(stored)) = (&notice, kept) {
+            self.tell(Notice::Destination {
+                name: handler.to_owned(),
+                transition: Some(t.clone()),
+                stored,
+                by_operator: false,
+                quiet,
+            });
+        }
         self.after(handler, go, spilled, notice);
     }
 
@@ -247,6 +332,13 @@ impl Lanes {
             .entry(name.to_owned())
             .or_insert_with(|| Lane::new(flow));
         let notice = change(lane, now).map(|t| (t, None));
+        self.tell(Notice::Destination {
+            name: name.to_owned(),
+            transition: notice.as_ref().map(|(t, _)| t.clone()),
+            stored: lane.stored(now),
+            by_operator: true,
+            quiet: false,
+        });
         let view = view(lane, now);
         let (go, spilled) = Self::release(lane, now);
         // A resumed lane may have let work go while it was blocked.

@@ -18,7 +18,7 @@ use uuid::Uuid;
 use crate::model::{Attempt, AttemptOutcome, DeliveryTask, Finish, Status, Timestamp};
 use crate::processing::job::Job;
 use crate::processing::lane::Verdict;
-use crate::processing::lanes::{Lanes, Slot};
+use crate::processing::lanes::{Lanes, Notice, Slot, is_operator_event};
 use crate::processing::queue::{Lease, Queue};
 use crate::redact;
 use crate::registry::kinds::http::recording_status;
@@ -167,7 +167,8 @@ impl Workers {
                 self.hand_over(lease, o).await;
                 continue;
             };
-            let Some((lease, slot)) = self.lanes.enter(route, delivery, lease) else {
+            let quiet = is_operator_event(&task.event_type);
+            let Some((lease, slot)) = self.lanes.enter(route, delivery, lease, quiet) else {
                 continue; // it waits in its lane
             };
             match self.attempt(route, &task, slot).await {
@@ -291,6 +292,15 @@ impl Workers {
             Decision::DeadLetter => {
                 count(route, "dead_letter");
                 warn!(delivery = %task.delivery_id, handler = %route.name, attempt, error = %failure.message, "dead letter");
+                if !is_operator_event(&task.event_type) {
+                    self.lanes.dead_lettered(Notice::DeadLettered {
+                        destination: route.name.clone(),
+                        event_id: task.event_id,
+                        event_type: task.event_type.clone(),
+                        attempts: attempt,
+                        last_error: Some(failure.message.clone()),
+                    });
+                }
                 let tried = record(AttemptOutcome::DeadLetter, Some(&failure.message));
                 outcome(
                     task,

@@ -146,6 +146,13 @@ pub(crate) mod sql {
         MIN(created_at) AS oldest FROM deliveries \
         WHERE status IN ('pending', 'processing') GROUP BY handler";
 
+    /// Every destination's kept state.
+    pub(crate) const DESTINATION_STATES: &str = "SELECT name, state FROM destinations";
+
+    /// Keeps a destination's state; binds: name, state.
+    pub(crate) const SAVE_DESTINATION: &str = "INSERT INTO destinations (name, state) \
+        VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET state = excluded.state";
+
     /// Every subscriber, by name.
     pub(crate) const SELECT_SUBSCRIBERS: &str = "SELECT name, event_types, url, secret, \
         ordering_key, max_attempts, backoff, active, created_at, updated_at, \
@@ -337,6 +344,12 @@ pub trait Store: Send + Sync + 'static {
     /// Counts for the gauges of `/metrics` (docs/api.md), computed at most once per
     /// [`STATS_MAX_AGE`] (callers in between get the last counts).
     async fn stats(&self) -> Result<Stats, StoreError>;
+
+    /// Every destination's kept state: `(name, JSON text)`.
+    async fn destination_states(&self) -> Result<Vec<(String, String)>, StoreError>;
+
+    /// Keeps a destination's state (JSON text), replacing what was kept.
+    async fn save_destination(&self, name: String, state: String) -> Result<(), StoreError>;
 
     /// Unfinished deliveries per handler: how many, and when the oldest was
     /// created (`GET /destinations`).

@@ -260,3 +260,136 @@ fn held_back_work_does_not_fill_the_queue() {
     });
     refused.assert_problem(429, "overloaded");
 }
+
+/// The payloads of the operator events a receiver got, by type.
+fn operator_events(r: &Receiver) -> Vec<(String, Value)> {
+    r.requests()
+        .iter()
+        .map(|q| q.json())
+        .map(|b| {
+            (
+                b["event_type"].as_str().unwrap_or("").to_owned(),
+                b["payload"].clone(),
+            )
+        })
+        .collect()
+}
+
+on_both_backends! {
+/// Operator events: a `hookbox.*` handler hears of a destination disabled by
+/// `410 Gone`, of an operator's resume and pause, and of a dead letter; never of
+/// itself.
+fn operator_events_reach_a_hookbox_subscriber(db: &Db) {
+    let dir = new_dir();
+    let (gone, refuses, watch) = (Receiver::start(), Receiver::start(), Receiver::start());
+    gone.then(Answer::status(410));
+    refuses.set_default(Answer::status(400));
+    http_manifest(dir.path(), "gone", "[\"g\"]", &gone.url, "", "");
+    http_manifest(dir.path(), "refuses", "[\"r\"]", &refuses.url, "", "");
+    http_manifest(dir.path(), "watch", "[\"hookbox.*\"]", &watch.url, "", "");
+    let hb = Hookbox::restart(dir, &db.env(&[("ALLOWED_TARGETS", "127.0.0.0/8")]));
+    let id = hb.post(&event("g", 1), &[]).json()["id"].as_str().expect("id").to_owned();
+    let disabled = eventually(WAIT, "disabled", || {
+        let d = hb.call("GET", "/destinations/gone", None, &[]).json();
+        (d["state"] == "disabled").then_some(d)
+    });
+    assert!(disabled["last_error"].as_str().unwrap_or("").contains("410"), "{disabled}");
+    watch.wait_for(1, WAIT);
+    let (kind, payload) = operator_events(&watch).remove(0);
+    assert_eq!(kind, "hookbox.destination.disabled");
+    assert_eq!(payload["destination"], "gone");
+    assert_eq!(payload["previous_state"], "healthy");
+    // Nothing dropped: the delivery waits, and runs once resumed.
+    let waiting = hb.get(&format!("/webhooks/{id}")).expect("get").json();
+    assert_ne!(waiting["status"], "completed", "{waiting}");
+    hb.call("POST", "/destinations/gone/resume", Some(&json!({})), &[]);
+    hb.wait_status(&id, "completed", WAIT);
+    watch.wait_for(2, WAIT);
+    assert_eq!(operator_events(&watch)[1].0, "hookbox.destination.resumed");
+    // A dead letter.
+    hb.post(&event("r", 1), &[]);
+    watch.wait_for(3, WAIT);
+    let (kind, payload) = operator_events(&watch).remove(2);
+    assert_eq!(kind, "hookbox.delivery.dead_lettered");
+    assert_eq!(payload["destination"], "refuses");
+    assert_eq!(payload["event_type"], "r");
+    assert_eq!(payload["attempts"], 1);
+    // Pausing the watcher itself tells others, not it.
+    hb.call("POST", "/destinations/watch/pause", Some(&json!({})), &[]);
+    hb.call("POST", "/destinations/watch/resume", Some(&json!({})), &[]);
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(watch.count(), 3, "{:?}", operator_events(&watch));
+    let stored = hb.get("/webhooks?status=completed&limit=50").expect("list").json();
+    assert!(
+        stored["items"].as_array().expect("items").iter().any(|e| e["source"] == "hookbox"),
+        "{stored}"
+    );
+}
+}
+
+on_both_backends! {
+/// An operator's pause survives a restart; nothing is sent until resumed.
+fn a_pause_survives_a_restart(db: &Db) {
+    let dir = new_dir();
+    let r = Receiver::start();
+    http_manifest(dir.path(), "billing", "[\"t\"]", &r.url, "", "");
+    let env = db.env(&[("ALLOWED_TARGETS", "127.0.0.0/8")]);
+    let hb = Hookbox::restart(dir, &env);
+    hb.call("POST", "/destinations/billing/pause", Some(&json!({})), &[]);
+    let id = hb.post(&event("t", 1), &[]).json()["id"].as_str().expect("id").to_owned();
+    std::thread::sleep(Duration::from_millis(300));
+    let hb = Hookbox::restart(hb.kill9(), &env);
+    let d = hb.call("GET", "/destinations/billing", None, &[]).json();
+    assert_eq!(d["state"], "paused", "{d}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(r.count(), 0);
+    hb.call("POST", "/destinations/billing/resume", Some(&json!({})), &[]);
+    hb.wait_status(&id, "completed", WAIT);
+}
+}
+
+/// Ten retryable failures in a row open the circuit: its deliveries wait without
+/// using attempts while one probe runs at a time; a success closes it.
+#[test]
+fn the_circuit_opens_and_closes() {
+    let dir = new_dir();
+    let r = Receiver::start();
+    r.set_default(Answer::status(500));
+    http_manifest(
+        dir.path(),
+        "flaky",
+        "[\"t\"]",
+        &r.url,
+        "max_attempts = 50\nbackoff = [\"100ms\"]\nmax_in_flight = 1",
+        "",
+    );
+    let hb = Hookbox::restart(dir, &[("ALLOWED_TARGETS", "127.0.0.0/8")]);
+    let ids: Vec<String> = (0..3)
+        .map(|n| {
+            hb.post(&event("t", n), &[]).json()["id"]
+                .as_str()
+                .expect("id")
+                .to_owned()
+        })
+        .collect();
+    let failing = eventually(WAIT, "failing", || {
+        let d = hb.call("GET", "/destinations/flaky", None, &[]).json();
+        (d["state"] == "failing").then_some(d)
+    });
+    assert_eq!(failing["consecutive_failures"], 10, "{failing}");
+    let at_open = r.count();
+    assert_eq!(at_open, 10);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(r.count(), at_open, "nothing before the first probe (5 s)");
+    r.set_default(Answer::status(200));
+    for id in &ids {
+        hb.wait_status(id, "completed", WAIT);
+    }
+    let d = hb.call("GET", "/destinations/flaky", None, &[]).json();
+    assert_eq!(d["state"], "healthy", "{d}");
+    assert_eq!(
+        r.count(),
+        at_open + 3,
+        "one probe, then the rest: no attempt burned"
+    );
+}

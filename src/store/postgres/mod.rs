@@ -387,6 +387,24 @@ impl Store for PgStore {
         self.stats.get(self.count()).await
     }
 
+    async fn destination_states(&self) -> Result<Vec<(String, String)>, StoreError> {
+        sqlx::query(super::sql::DESTINATION_STATES)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|r| Ok((r.text("name")?.to_owned(), r.text("state")?.to_owned())))
+            .collect()
+    }
+
+    async fn save_destination(&self, name: String, state: String) -> Result<(), StoreError> {
+        sqlx::query(super::sql::SAVE_DESTINATION)
+            .bind(name)
+            .bind(state)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     async fn destination_backlog(&self) -> Result<Vec<super::DestinationBacklog>, StoreError> {
         sqlx::query(super::sql::DESTINATION_BACKLOG)
             .fetch_all(&self.pool)

@@ -391,6 +391,31 @@ impl Store for SqliteStore {
         self.stats.get(self.count()).await
     }
 
+    async fn destination_states(&self) -> Result<Vec<(String, String)>, StoreError> {
+        sqlx::query(crate::store::sql::DESTINATION_STATES)
+            .fetch_all(&self.read)
+            .await?
+            .iter()
+            .map(|r| Ok((r.text("name")?.to_owned(), r.text("state")?.to_owned())))
+            .collect()
+    }
+
+    async fn save_destination(&self, name: String, state: String) -> Result<(), StoreError> {
+        self.send(|reply| {
+            writer::solo(reply, move |conn| {
+                Box::pin(async move {
+                    sqlx::query(crate::store::sql::SAVE_DESTINATION)
+                        .bind(name)
+                        .bind(state)
+                        .execute(&mut *conn)
+                        .await?;
+                    Ok(())
+                })
+            })
+        })
+        .await
+    }
+
     async fn destination_backlog(
         &self,
     ) -> Result<Vec<crate::store::DestinationBacklog>, StoreError> {

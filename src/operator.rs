@@ -1,0 +1,216 @@
+//! Operator events: what happens to destinations, told as hookbox's own events
+//! (`hookbox.destination.*`, `hookbox.delivery.dead_lettered`), stored through the
+//! inbox like any other event (`source` = `hookbox`) and routed to whatever
+//! handlers match their type — a Slack or PagerDuty webhook pointed at
+//! `hookbox.*` hears about trouble first (docs/handlers.md, "Operator events").
+//!
+//! The lanes and the workers tell ([`Notice`]); one task here keeps each
+//! destination's state in the database (it survives a restart) and stores the
+//! events. No loops: a destination never receives events about itself, and what
+//! a delivery of a `hookbox.*` event causes raises nothing (the lanes mark it
+//! `quiet`).
+
+use std::sync::Arc;
+
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+use tracing::warn;
+use uuid::Uuid;
+
+use crate::inbox::Inbox;
+use crate::model::{NewEvent, Timestamp, hex};
+use crate::processing::lane::{State, Stored, Transition};
+use crate::processing::lanes::Notice;
+#[cfg(test)]
+use crate::processing::lanes::is_operator_event;
+use crate::registry::live::LiveRegistry;
+use crate::store::Store;
+
+/// The source name of operator events, and the prefix of their types.
+pub(crate) const SOURCE: &str = "hookbox";
+
+/// The operator event a destination's change raises, if any: an operator's pause
+/// and resume, and the circuit's and `410`'s changes (a `Retry-After` pause and its
+/// end raise none).
+fn destination_event(t: &Transition, by_operator: bool) -> Option<&'static str> {
+    match (by_operator, t.state, t.previous) {
+        (true, State::Paused, _) => Some("hookbox.destination.paused"),
+        (true, State::Healthy, _) => Some("hookbox.destination.resumed"),
+        (false, State::Failing, _) => Some("hookbox.destination.failing"),
+        (false, State::Disabled, _) => Some("hookbox.destination.disabled"),
+        (false, State::Healthy, State::Failing | State::Disabled) => {
+            Some("hookbox.destination.recovered")
+        }
+        _ => None,
+    }
+}
+
+/// Takes back every destination's kept state (at startup, before any attempt).
+pub(crate) async fn restore(
+    store: &dyn Store,
+    lanes: &crate::processing::lanes::Lanes,
+    registry: &LiveRegistry,
+) -> Result<(), crate::store::StoreError> {
+    let table = registry.current();
+    for (name, text) in store.destination_states().await? {
+        match serde_json::from_str::<Stored>(&text) {
+            Ok(stored) => {
+                let flow = table.get(&name).map(|r| r.flow.clone()).unwrap_or_default();
+                lanes.restore(&name, &stored, flow);
+            }
+            Err(e) => {
+                warn!(destination = %name, error = %e, "a kept destination state does not decode; it starts healthy")
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Keeps and announces what it is told until every sender is gone.
+pub(crate) async fn run(
+    inbox: Inbox,
+    store: Arc<dyn Store>,
+    registry: Arc<LiveRegistry>,
+    mut notices: mpsc::UnboundedReceiver<Notice>,
+) {
+    while let Some(notice) = notices.recv().await {
+        match notice {
+            Notice::Destination {
+                name,
+                transition,
+                stored,
+                by_operator,
+                quiet,
+            } => {
+                keep(&*store, &name, &stored).await;
+                let Some(t) = transition.filter(|_| !quiet) else {
+                    continue;
+                };
+                if let Some(event_type) = destination_event(&t, by_operator) {
+                    let payload = json!({
+                        "destination": name,
+                        "state": t.state.as_str(),
+                        "previous_state": t.previous.as_str(),
+                        "consecutive_failures": stored.consecutive_failures,
+                        "last_error": stored.last_error,
+                        "at": Timestamp::now().to_rfc3339(),
+                    });
+                    announce(&inbox, &registry, event_type, &name, &payload).await;
+                }
+            }
+            Notice::DeadLettered {
+                destination,
+                event_id,
+                event_type,
+                attempts,
+                last_error,
+            } => {
+                let payload = json!({
+                    "destination": destination,
+                    "event_id": event_id.to_string(),
+                    "event_type": event_type,
+                    "attempts": attempts,
+                    "last_error": last_error,
+                    "at": Timestamp::now().to_rfc3339(),
+                });
+                let kind = "hookbox.delivery.dead_lettered";
+                announce(&inbox, &registry, kind, &destination, &payload).await;
+            }
+        }
+    }
+}
+
+async fn keep(store: &dyn Store, name: &str, stored: &Stored) {
+    let text = match serde_json::to_string(stored) {
+        Ok(text) => text,
+        Err(e) => {
+            return warn!(destination = name, error = %e, "could not encode a destination's state");
+        }
+    };
+    if let Err(e) = store.save_destination(name.to_owned(), text).await {
+        warn!(destination = name, error = %e, "could not keep a destination's state");
+    }
+}
+
+/// Stores an operator event about `destination`, routed to every matching handler
+/// but that destination.
+async fn announce(
+    inbox: &Inbox,
+    registry: &LiveRegistry,
+    event_type: &str,
+    destination: &str,
+    payload: &serde_json::Value,
+) {
+    let payload = match crate::json::canonical(&payload.to_string()) {
+        Ok(text) => text,
+        Err(e) => {
+            return warn!(destination, event_type, error = %e, "could not encode an operator event");
+        }
+    };
+    let (table, routing_version) = registry.versioned();
+    let mut deliveries = table.deliveries(event_type, &payload);
+    deliveries.retain(|d| d.handler != destination);
+    let id = Uuid::now_v7();
+    let event = NewEvent {
+        id,
+        idempotency_key: format!("{SOURCE}:{event_type}:{destination}:{id}"),
+        event_type: event_type.to_owned(),
+        payload_sha256: hex(&Sha256::digest(payload.as_bytes())),
+        payload,
+        created_at: Timestamp::now(),
+        source: Some(SOURCE.to_owned()),
+        deliveries,
+        routing_version,
+        claim_lease: None,
+    };
+    if let Err(e) = inbox.accept(event).await {
+        warn!(destination, event_type, error = %e, "could not store an operator event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(previous: State, state: State) -> Transition {
+        Transition { previous, state }
+    }
+
+    #[test]
+    fn which_changes_are_announced() {
+        use State::*;
+        assert_eq!(
+            destination_event(&t(Healthy, Failing), false),
+            Some("hookbox.destination.failing")
+        );
+        assert_eq!(
+            destination_event(&t(Failing, Healthy), false),
+            Some("hookbox.destination.recovered")
+        );
+        assert_eq!(
+            destination_event(&t(Failing, Disabled), false),
+            Some("hookbox.destination.disabled")
+        );
+        assert_eq!(
+            destination_event(&t(Healthy, Paused), true),
+            Some("hookbox.destination.paused")
+        );
+        assert_eq!(
+            destination_event(&t(Disabled, Healthy), true),
+            Some("hookbox.destination.resumed")
+        );
+        assert_eq!(
+            destination_event(&t(Healthy, Paused), false),
+            None,
+            "Retry-After"
+        );
+        assert_eq!(
+            destination_event(&t(Paused, Healthy), false),
+            None,
+            "its end"
+        );
+        assert!(is_operator_event("hookbox.destination.failing"));
+        assert!(!is_operator_event("hookboxy"));
+    }
+}
