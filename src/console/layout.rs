@@ -18,6 +18,8 @@ pub enum Nav {
     DeadLetters,
     /// `/console/subscribers`.
     Subscribers,
+    /// `/console/destinations`.
+    Destinations,
     /// `/console/sources`.
     Sources,
     /// The login form (no navigation).
@@ -47,6 +49,7 @@ pub fn page(frame: Frame<'_>, body: Markup) -> Markup {
         (Nav::Events, "/console/events", "Events"),
         (Nav::DeadLetters, "/console/dead-letters", "Dead letters"),
         (Nav::Subscribers, "/console/subscribers", "Subscribers"),
+        (Nav::Destinations, "/console/destinations", "Destinations"),
         (Nav::Sources, "/console/sources", "Sources"),
     ];
     html! {

@@ -118,6 +118,11 @@ pub fn router(app: AppState) -> Router {
             "/console/subscribers/{name}/delete",
             post(pages::subscribers::delete),
         )
+        .route("/console/destinations", get(pages::destinations::list))
+        .route(
+            "/console/destinations/{name}/{action}",
+            post(pages::destinations::act),
+        )
         .route("/console/sources", get(pages::sources::list))
         .route("/console/logout", post(pages::login::logout))
         .route_layer(from_fn_with_state(console.clone(), gate));

@@ -404,6 +404,7 @@ fn every_page_answers(db: &Db) {
         "/console/dead-letters?handler=refuser".into(),
         "/console/dead-letters/replay?event_type=dead.one".into(),
         "/console/subscribers".into(),
+        "/console/destinations".into(),
         "/console/sources".into(),
         "/console/assets/console.css".into(),
     ];
@@ -431,4 +432,60 @@ fn every_page_answers(db: &Db) {
     assert_eq!(get(&hb, "/console/events/not-a-uuid", None).status, 404);
     assert_eq!(get(&hb, "/console/events?status=bogus", None).status, 400);
 }
+}
+
+/// The destinations page lists every handler and pauses or resumes one with a
+/// form carrying `csrf`; without it, nothing changes.
+#[test]
+fn destinations_are_paused_and_resumed_from_the_console() {
+    let hb = start(&Db::sqlite(), &[("ADMIN_TOKEN", TOKEN)]);
+    let cookie = log_in(&hb);
+    let page = get(&hb, "/console/destinations", Some(&cookie));
+    assert_eq!(page.status, 200, "{}", page.text);
+    assert!(
+        page.text.contains("acceptor") && page.text.contains("refuser"),
+        "{}",
+        page.text
+    );
+    let token = csrf_in(&page.text);
+    let state = |hb: &Hookbox| {
+        let auth = format!("Bearer {TOKEN}");
+        hb.call(
+            "GET",
+            "/destinations/acceptor",
+            None,
+            &[("authorization", &auth)],
+        )
+        .json()["state"]
+            .clone()
+    };
+    let forged = post_form(
+        &hb,
+        "/console/destinations/acceptor/pause",
+        Some(&cookie),
+        &[("csrf", "forged")],
+    );
+    assert_eq!(forged.status, 403);
+    assert_eq!(state(&hb), "healthy");
+    let paused = post_form(
+        &hb,
+        "/console/destinations/acceptor/pause",
+        Some(&cookie),
+        &[("csrf", &token)],
+    );
+    assert_eq!(paused.status, 303, "{}", paused.text);
+    assert_eq!(state(&hb), "paused");
+    let page = get(&hb, "/console/destinations", Some(&cookie)).text;
+    assert!(
+        page.contains("/console/destinations/acceptor/resume"),
+        "{page}"
+    );
+    let resumed = post_form(
+        &hb,
+        "/console/destinations/acceptor/resume",
+        Some(&cookie),
+        &[("csrf", &token)],
+    );
+    assert_eq!(resumed.status, 303, "{}", resumed.text);
+    assert_eq!(state(&hb), "healthy");
 }

@@ -3,6 +3,7 @@
 //! message, and form values.
 
 pub mod dead_letters;
+pub mod destinations;
 pub mod event;
 pub mod events;
 pub mod login;

@@ -20,7 +20,7 @@ use crate::console::{Console, Visitor};
 use crate::registry::kinds::http::display_url;
 
 /// Calls the admin API in-process; the answer's status and JSON body.
-async fn call_api(
+pub(crate) async fn call_api(
     console: &Console,
     method: Method,
     path: &str,
@@ -59,7 +59,7 @@ fn api_path(name: &str) -> String {
 }
 
 /// The detail of a problem answer, or a generic line.
-fn detail(status: StatusCode, body: &Value) -> String {
+pub(crate) fn detail(status: StatusCode, body: &Value) -> String {
     body["detail"]
         .as_str()
         .map(str::to_owned)
