@@ -124,11 +124,10 @@ pub(crate) fn new_pair(
                 )
             }
             Feed::Claims(claims) => {
-                // The shared backlog counts held-back work too (for now): both
-                // bounds apply to it alike.
                 let claims = Claims::new(
                     claims,
-                    config.queue_maxsize.min(config.max_backlog),
+                    config.queue_maxsize,
+                    config.max_backlog,
                     config.worker_count,
                     config.lease_timeout,
                     lanes.clone(),

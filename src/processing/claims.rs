@@ -149,6 +149,10 @@ pub(crate) struct Claims {
     /// waits, so new work may go straight to this instance's workers.
     drained: AtomicBool,
     capacity: usize,
+    /// `MAX_BACKLOG`, over `total`.
+    max_backlog: usize,
+    /// The shared backlog, held-back work included.
+    total: AtomicU64,
     workers: usize,
     lease: Duration,
     /// The destinations' lanes: jobs parked there do not take a worker's place.
@@ -161,11 +165,12 @@ impl Claims {
     pub(crate) fn new(
         store: Arc<dyn ClaimStore>,
         capacity: usize,
+        max_backlog: usize,
         workers: usize,
         lease: Duration,
         lanes: Arc<Lanes>,
     ) -> Arc<Self> {
-        Arc::new(Self {
+        let claims = Arc::new(Self {
             store,
             // Its own bound is never consulted: the claim loop and intake hold
             // at most HOLD_PER_WORKER times the worker count.
@@ -179,10 +184,20 @@ impl Claims {
             unreserved: Notify::new(),
             drained: AtomicBool::new(false),
             capacity,
+            max_backlog,
+            total: AtomicU64::new(0),
             workers,
             lease,
             lanes,
-        })
+        });
+        // A full lane that has room again: claim its work at once.
+        let me = Arc::downgrade(&claims);
+        claims.lanes.on_spill(move |_| {
+            if let Some(claims) = me.upgrade() {
+                claims.wake.notify_one();
+            }
+        });
+        claims
     }
 
     /// Jobs queued or running, less those parked in their destination's lane.
@@ -252,9 +267,22 @@ impl Claims {
 
     /// Counts the shared backlog once (before `/ready`, so that backpressure starts
     /// from the truth).
+    ///
+    /// Work that its own destination holds back (paused, failing, disabled, at its
+    /// limits) is not due: only what such a destination runs counts.
     pub(crate) async fn refresh_backlog(&self) -> Result<(), crate::store::StoreError> {
         let n = self.store.backlog().await?;
-        self.backlog.store(n, Ordering::Relaxed);
+        let holding = self.lanes.holding_back();
+        let due = if holding.is_empty() {
+            n
+        } else {
+            let names: Vec<String> = holding.iter().map(|(name, _)| name.clone()).collect();
+            let held = self.store.backlog_of(&names).await?;
+            let running: u64 = holding.iter().map(|(_, r)| u64::from(*r)).sum();
+            n.saturating_sub(held).saturating_add(running.min(held))
+        };
+        self.backlog.store(due, Ordering::Relaxed);
+        self.total.store(n, Ordering::Relaxed);
         Ok(())
     }
 
@@ -322,7 +350,10 @@ impl Claims {
             let taken = self.active() + self.reserved_places();
             let room = hold.saturating_sub(taken).max(1);
             let limit = u32::try_from(room).unwrap_or(u32::MAX);
-            let claimed = match self.store.claim(limit, self.lease).await {
+            let skip = self.lanes.capped();
+            // They ask for their work when they have room again (`on_spill`).
+            self.lanes.skipped(&skip, uuid::Uuid::nil());
+            let claimed = match self.store.claim(limit, self.lease, &skip).await {
                 Ok(c) => {
                     backoff.succeeded("claiming");
                     c
@@ -427,8 +458,18 @@ impl Dispatch for Claims {
             return;
         }
         // Counted at once here, so that this instance's own burst is shed
-        // without waiting for the next count.
-        self.backlog.fetch_add(new as u64, Ordering::Relaxed);
+        // without waiting for the next count; what its destination holds back is
+        // not due work.
+        let due = jobs
+            .iter()
+            .filter(|j| match j {
+                Job::Deliver { task: Some(t), .. } => self.lanes.holds_back(&t.handler).is_none(),
+                Job::Deliver { task: None, .. } => true,
+                _ => false,
+            })
+            .count();
+        self.backlog.fetch_add(due as u64, Ordering::Relaxed);
+        self.total.fetch_add(new as u64, Ordering::Relaxed);
         let held: Vec<Job> = jobs
             .into_iter()
             .filter(|j| j.held_delivery().is_some())
@@ -521,7 +562,9 @@ impl Feeder for Arc<Claims> {
 
 impl LoadSignal for Claims {
     fn overloaded(&self) -> Option<Duration> {
-        (Dispatch::depth(self) >= self.capacity).then_some(Duration::from_secs(1))
+        let total = usize::try_from(self.total.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
+        (Dispatch::depth(self) >= self.capacity || total >= self.max_backlog)
+            .then_some(Duration::from_secs(1))
     }
 }
 
@@ -580,6 +623,7 @@ mod tests {
         let claims = Claims::new(
             store.clone(),
             100,
+            1000,
             2,
             Duration::from_secs(30),
             crate::processing::lanes::Lanes::new(false),

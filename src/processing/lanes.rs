@@ -390,6 +390,17 @@ impl Lanes {
             .and_then(|lane| lane.blocked(now).map(|_| lane.in_flight()))
     }
 
+    /// Destinations that may not start work now (paused, failing, disabled, at
+    /// their limits), with the attempts they run.
+    pub(crate) fn holding_back(&self) -> Vec<(String, u32)> {
+        let now = Instant::now();
+        self.lock()
+            .iter()
+            .filter(|(_, lane)| lane.blocked(now).is_some())
+            .map(|(name, lane)| (name.clone(), lane.in_flight()))
+            .collect()
+    }
+
     /// Wakes lanes that wait for the clock (rate limits, `Retry-After`, probes).
     async fn timer(self: Arc<Self>) {
         loop {

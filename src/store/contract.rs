@@ -31,7 +31,7 @@ impl Backend {
         match &self.claims {
             Some(claims) => {
                 let claimed = claims
-                    .claim(1, Duration::from_secs(60))
+                    .claim(1, Duration::from_secs(60), &[])
                     .await
                     .expect("claim");
                 assert!(
@@ -432,7 +432,7 @@ async fn take_all(b: &Backend, taken: &[(Uuid, Uuid)]) {
     match &b.claims {
         Some(claims) => {
             let claimed = claims
-                .claim(100, Duration::from_secs(60))
+                .claim(100, Duration::from_secs(60), &[])
                 .await
                 .expect("claim");
             for (d, _) in taken {

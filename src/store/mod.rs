@@ -539,7 +539,12 @@ pub trait ClaimStore: Send + Sync + 'static {
     /// `retry_after` has passed and `processing` ones whose lease expired, skipping
     /// any that another instance is claiming and any with an older unfinished
     /// delivery of the same handler and ordering value.
-    async fn claim(&self, limit: u32, lease: Duration) -> Result<Claimed, StoreError>;
+    async fn claim(
+        &self,
+        limit: u32,
+        lease: Duration,
+        skip: &[String],
+    ) -> Result<Claimed, StoreError>;
 
     /// Extends the lease of those of `held` that this instance still holds (still
     /// `processing` and claimed by it); returns those.
@@ -558,6 +563,10 @@ pub trait ClaimStore: Send + Sync + 'static {
     /// `retry_after` has passed (or that have none) and `processing` ones. Retries
     /// still waiting are not counted.
     async fn backlog(&self) -> Result<u64, StoreError>;
+
+    /// [`ClaimStore::backlog`] of these handlers only (destinations that hold
+    /// their work back: it is not due).
+    async fn backlog_of(&self, handlers: &[String]) -> Result<u64, StoreError>;
 
     /// Tells every instance's claimers that new work is due (`NOTIFY`).
     async fn announce(&self) -> Result<(), StoreError>;

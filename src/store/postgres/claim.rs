@@ -22,6 +22,10 @@ const BLOCKED: &str = "d.ordering_value IS NOT NULL AND EXISTS (
             WHERE o.handler = d.handler AND o.ordering_value = d.ordering_value
               AND o.status IN ('pending', 'processing') AND o.seq < d.seq)";
 
+/// Not a destination that holds enough work already (`$4`, a text array: the
+/// lanes of this instance that are full; `'{}'` for none).
+const NOT_SKIPPED: &str = "d.handler <> ALL ($4::text[])";
+
 /// Work never tried (or replayed): index `deliveries_ready` (migration 0010) holds
 /// exactly these, in `seq` order.
 const READY: &str = "d.status = 'pending' AND d.retry_after IS NULL";
@@ -59,19 +63,19 @@ pub(super) fn claim_sql() -> String {
     format!(
         "WITH ready AS (
     SELECT d.id, d.seq FROM deliveries d
-    WHERE {READY} AND NOT ({BLOCKED})
+    WHERE {READY} AND {NOT_SKIPPED} AND NOT ({BLOCKED})
     ORDER BY d.seq
     LIMIT $1
     FOR UPDATE OF d SKIP LOCKED
 ), retried AS (
     SELECT d.id, d.seq FROM deliveries d
-    WHERE {RETRY} AND d.retry_after <= now() AND NOT ({BLOCKED})
+    WHERE {RETRY} AND d.retry_after <= now() AND {NOT_SKIPPED} AND NOT ({BLOCKED})
     ORDER BY d.retry_after
     LIMIT $1
     FOR UPDATE OF d SKIP LOCKED
 ), expired AS (
     SELECT d.id, d.seq FROM deliveries d
-    WHERE {LEASED} AND d.locked_until < now() AND NOT ({BLOCKED})
+    WHERE {LEASED} AND d.locked_until < now() AND {NOT_SKIPPED} AND NOT ({BLOCKED})
     ORDER BY d.locked_until
     LIMIT $1
     FOR UPDATE OF d SKIP LOCKED
@@ -100,6 +104,16 @@ fn backlog_sql() -> String {
         "SELECT (SELECT count(*) FROM deliveries d WHERE {READY}) \
               + (SELECT count(*) FROM deliveries d WHERE {LEASED}) \
               + (SELECT count(*) FROM deliveries d WHERE {RETRY} AND d.retry_after <= now())"
+    )
+}
+
+/// [`backlog_sql`] for the handlers of `$1` (a text array) only.
+fn backlog_of_sql() -> String {
+    format!(
+        "SELECT (SELECT count(*) FROM deliveries d WHERE {READY} AND d.handler = ANY ($1)) \
+              + (SELECT count(*) FROM deliveries d WHERE {LEASED} AND d.handler = ANY ($1)) \
+              + (SELECT count(*) FROM deliveries d WHERE {RETRY} AND d.retry_after <= now() \
+                 AND d.handler = ANY ($1))"
     )
 }
 
@@ -132,11 +146,17 @@ impl ClaimStore for PgStore {
         &self.owner
     }
 
-    async fn claim(&self, limit: u32, lease: Duration) -> Result<Claimed, StoreError> {
+    async fn claim(
+        &self,
+        limit: u32,
+        lease: Duration,
+        skip: &[String],
+    ) -> Result<Claimed, StoreError> {
         let fetched = sqlx::query(sqlx::AssertSqlSafe(claim_sql()))
             .bind(i64::from(limit))
             .bind(millis(lease))
             .bind(&*self.owner)
+            .bind(skip)
             .fetch_all(&self.claims)
             .await?;
         let mut claimed = Vec::with_capacity(fetched.len());
@@ -205,6 +225,14 @@ impl ClaimStore for PgStore {
 
     async fn backlog(&self) -> Result<u64, StoreError> {
         let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(backlog_sql()))
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    async fn backlog_of(&self, handlers: &[String]) -> Result<u64, StoreError> {
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(backlog_of_sql()))
+            .bind(handlers)
             .fetch_one(&self.pool)
             .await?;
         Ok(u64::try_from(n).unwrap_or(0))

@@ -125,7 +125,7 @@ fn lines(rows: Vec<sqlx::postgres::PgRow>) -> Vec<String> {
 async fn explain_generic_claim(store: &PgStore, limit: i64) -> Vec<String> {
     let mut conn = store.pool().acquire().await.expect("connection");
     let prepare = format!(
-        "PREPARE generic_claim (bigint, bigint, text) AS {}",
+        "PREPARE generic_claim (bigint, bigint, text, text[]) AS {}",
         super::claim::claim_sql()
     );
     conn.execute(sqlx::AssertSqlSafe(prepare))
@@ -136,7 +136,7 @@ async fn explain_generic_claim(store: &PgStore, limit: i64) -> Vec<String> {
         .await
         .expect("set");
     let explain = format!(
-        "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE generic_claim ({limit}, 30000, 'test')"
+        "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE generic_claim ({limit}, 30000, 'test', '{{}}')"
     );
     let plan = lines(
         sqlx::raw_sql(sqlx::AssertSqlSafe(explain))
@@ -187,7 +187,10 @@ async fn retention_reads_one_batch_through_the_terminal_events_index() {
 /// and as the claim's own connection runs it (the generic plan).
 async fn claim_plans(store: &PgStore, limit: i64) -> [Vec<String>; 2] {
     let custom = explain_analyze(store, &super::claim::claim_sql(), |q| {
-        q.bind(limit).bind(30_000_i64).bind("test")
+        q.bind(limit)
+            .bind(30_000_i64)
+            .bind("test")
+            .bind(Vec::<String>::new())
     })
     .await;
     [custom, explain_generic_claim(store, limit).await]
@@ -217,7 +220,7 @@ async fn claims_read_due_work_without_walking_past_waiting_retries() {
         assert!(text.contains("deliveries_retry"), "{text}");
     }
     let claimed = store
-        .claim(8, std::time::Duration::from_secs(30))
+        .claim(8, std::time::Duration::from_secs(30), &[])
         .await
         .expect("claim");
     assert_eq!(claimed.tasks.len(), 8);
@@ -267,7 +270,7 @@ async fn claims_read_only_what_they_take_while_statistics_are_stale() {
         }
     }
     let claimed = store
-        .claim(512, std::time::Duration::from_secs(30))
+        .claim(512, std::time::Duration::from_secs(30), &[])
         .await
         .expect("claim");
     assert_eq!(claimed.tasks.len(), 512);
@@ -282,7 +285,7 @@ async fn the_backlog_counts_due_and_running_work_not_waiting_retries() {
     let store = busy_store(&db).await;
     assert_eq!(store.backlog().await.expect("backlog"), 50);
     store
-        .claim(8, std::time::Duration::from_secs(30))
+        .claim(8, std::time::Duration::from_secs(30), &[])
         .await
         .expect("claim");
     assert_eq!(
@@ -322,7 +325,7 @@ async fn two_claimed_deliveries(db: &TestDb) -> (PgStore, Vec<crate::model::Deli
         .await
         .expect("fill");
     let claimed = store
-        .claim(2, std::time::Duration::from_secs(30))
+        .claim(2, std::time::Duration::from_secs(30), &[])
         .await
         .expect("claim")
         .tasks;
@@ -395,7 +398,7 @@ async fn retries_are_due_on_the_database_clock() {
         .await
         .expect("fill");
     let claimed = store
-        .claim(1, std::time::Duration::from_secs(30))
+        .claim(1, std::time::Duration::from_secs(30), &[])
         .await
         .expect("claim")
         .tasks;
@@ -504,7 +507,7 @@ async fn deliveries_claimed_at_intake_are_stored_held_by_this_instance() {
     assert_eq!((owner, lease_left), (None, None));
 
     let claimed = store
-        .claim(10, std::time::Duration::from_secs(30))
+        .claim(10, std::time::Duration::from_secs(30), &[])
         .await
         .expect("claim")
         .tasks;
