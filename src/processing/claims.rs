@@ -420,8 +420,16 @@ impl Claims {
 
     async fn count_loop(self: Arc<Self>) {
         let mut backoff = Backoff::default();
+        let mut instances_at = tokio::time::Instant::now();
         loop {
             let started = tokio::time::Instant::now();
+            if started >= instances_at {
+                // The instances sharing the destinations' limits, every few seconds.
+                if let Ok(n) = self.store.instances().await {
+                    self.lanes.share(n);
+                }
+                instances_at = started + INSTANCES_EVERY;
+            }
             match self.refresh_backlog().await {
                 Ok(()) => backoff.succeeded("counting the backlog"),
                 Err(e) => backoff.failed("counting the backlog", &e).await,
@@ -443,6 +451,9 @@ impl Claims {
         }
     }
 }
+
+/// How often the live instances are counted (they share the destinations' limits).
+const INSTANCES_EVERY: Duration = Duration::from_secs(2);
 
 impl Dispatch for Claims {
     /// The jobs are in the database already. Those claimed at intake go straight

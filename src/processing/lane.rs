@@ -697,6 +697,28 @@ mod tests {
     }
 
     #[test]
+    fn disable_after_elapsed_while_failing_disables() {
+        let mut l: Lane<u32> = Lane::new(FlowControl {
+            disable_after: Some(Duration::from_millis(20)),
+            ..FlowControl::default()
+        });
+        let mut now = Instant::now();
+        for _ in 0..OPEN_AFTER {
+            l.enter(Uuid::now_v7(), 0, now, false);
+            l.finish(fail(), now);
+        }
+        assert_eq!(l.state(now), State::Failing);
+        std::thread::sleep(Duration::from_millis(30));
+        now += FIRST_PROBE;
+        assert!(
+            matches!(l.enter(Uuid::now_v7(), 1, now, false), Enter::Go(1)),
+            "the probe"
+        );
+        let t = l.finish(fail(), now);
+        assert_eq!(t.map(|t| t.state), Some(State::Disabled));
+    }
+
+    #[test]
     fn gone_disables_until_resumed_and_nothing_is_dropped() {
         let mut l = lane(8);
         let now = Instant::now();

@@ -16,6 +16,7 @@
 //! Every change of state is logged and shown in `hookbox_destination_state`.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -97,6 +98,8 @@ pub(crate) struct Lanes {
     spill: OnceLock<Box<dyn Fn(Uuid) + Send + Sync>>,
     /// Who keeps and announces changes (operator events).
     listener: OnceLock<mpsc::UnboundedSender<Notice>>,
+    /// Instances sharing the destinations' limits (PostgreSQL): each keeps its part.
+    share: AtomicU32,
 }
 
 /// A lane's place taken by a running attempt; [`Lanes::finish`] gives it back (or
@@ -129,6 +132,7 @@ impl Lanes {
             wake: Notify::new(),
             spill: OnceLock::new(),
             listener: OnceLock::new(),
+            share: AtomicU32::new(1),
         });
         tokio::spawn(lanes.clone().timer());
         lanes
@@ -136,6 +140,16 @@ impl Lanes {
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Lane<Lease<Job>>>> {
         self.lanes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `instances` share every destination's limits from now on.
+    pub(crate) fn share(&self, instances: u32) {
+        self.share.store(instances.max(1), Ordering::Relaxed);
+    }
+
+    /// A route's limits as this instance keeps them.
+    fn flow_of(&self, route: &Route) -> FlowControl {
+        route.flow.shared(self.share.load(Ordering::Relaxed))
     }
 
     /// Sends every change of state (and operator's action) to `listener`.
@@ -184,14 +198,15 @@ impl Lanes {
     ) -> Option<(Lease<Job>, Slot)> {
         let now = Instant::now();
         let mut lanes = self.lock();
+        let flow = self.flow_of(route);
         if !lanes.contains_key(&route.name) {
-            lanes.insert(route.name.clone(), Lane::new(route.flow.clone()));
+            lanes.insert(route.name.clone(), Lane::new(flow.clone()));
         }
         let Some(lane) = lanes.get_mut(&route.name) else {
             return None; // just inserted
         };
-        if lane.flow != route.flow {
-            lane.flow = route.flow.clone();
+        if lane.flow != flow {
+            lane.flow = flow;
         }
         let entered = lane.enter(delivery, lease, now, self.let_go);
         let in_flight = lane.in_flight();

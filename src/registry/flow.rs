@@ -85,6 +85,38 @@ impl FlowControl {
     }
 }
 
+impl FlowControl {
+    /// This instance's part of the limits when `instances` share them (several
+    /// instances on one PostgreSQL database): `max_in_flight` divided, rounded
+    /// up, and the rate's spacing multiplied, so that together they keep the
+    /// limits.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use hookbox::registry::flow::FlowControl;
+    ///
+    /// let flow = FlowControl::from_fields(Some(8), Some("50/s"), None).expect("valid");
+    /// let half = flow.shared(2);
+    /// assert_eq!(half.max_in_flight, 4);
+    /// assert_eq!(half.rate_limit.expect("rate").interval(), Duration::from_millis(40));
+    /// assert_eq!(flow.shared(1), flow);
+    /// ```
+    pub fn shared(&self, instances: u32) -> FlowControl {
+        let n = instances.max(1);
+        if n == 1 {
+            return self.clone();
+        }
+        FlowControl {
+            max_in_flight: self.max_in_flight.div_ceil(n).max(1),
+            rate_limit: self.rate_limit.map(|r| RateLimit {
+                count: r.count,
+                period: r.period * n,
+            }),
+            disable_after: self.disable_after,
+        }
+    }
+}
+
 /// `N/s`, `N/m` or `N/h`: at most one start every period/N.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RateLimit {

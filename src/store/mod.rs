@@ -564,6 +564,10 @@ pub trait ClaimStore: Send + Sync + 'static {
     /// still waiting are not counted.
     async fn backlog(&self) -> Result<u64, StoreError>;
 
+    /// How many instances hold their `INSTANCE_ID` on this database now (at
+    /// least 1): they share every destination's limits.
+    async fn instances(&self) -> Result<u32, StoreError>;
+
     /// [`ClaimStore::backlog`] of these handlers only (destinations that hold
     /// their work back: it is not due).
     async fn backlog_of(&self, handlers: &[String]) -> Result<u64, StoreError>;

@@ -402,3 +402,76 @@ fn the_circuit_opens_and_closes() {
         "one probe, then the rest: no attempt burned"
     );
 }
+
+/// Arrivals in the busiest second of `arrived`.
+fn busiest_second(arrived: &[Instant]) -> usize {
+    arrived
+        .iter()
+        .map(|t| {
+            arrived
+                .iter()
+                .filter(|u| **u >= *t && **u < *t + Duration::from_secs(1))
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+on_both_backends! {
+/// `rate_limit = "10/s"`: starts spread evenly, never more than one over ten in
+/// any second at the receiver.
+fn a_rate_limit_holds_at_the_receiver(db: &Db) {
+    let dir = new_dir();
+    let r = Receiver::start();
+    http_manifest(dir.path(), "paced", "[\"t\"]", &r.url, "rate_limit = \"10/s\"", "");
+    let hb = Hookbox::restart(dir, &db.env(&[("ALLOWED_TARGETS", "127.0.0.0/8")]));
+    for n in 0..30 {
+        assert_eq!(hb.post(&event("t", n), &[]).status, 202);
+    }
+    let got = r.wait_for(30, WAIT);
+    let arrived: Vec<Instant> = got.iter().map(|q| q.at).collect();
+    let busiest = busiest_second(&arrived);
+    assert!(busiest <= 11, "{busiest} starts in one second");
+    let span = arrived[29].duration_since(arrived[0]);
+    assert!(span >= Duration::from_millis(2800), "30 starts in {span:?}");
+}
+}
+
+/// PostgreSQL: two instances share a destination's limits: `rate_limit = "10/s"`
+/// is ten a second in all, not per instance.
+#[test]
+fn two_instances_share_a_rate_limit() {
+    let Some(db) = crate::harness::Db::postgres() else {
+        return;
+    };
+    let dir = new_dir();
+    let r = Receiver::start();
+    http_manifest(
+        dir.path(),
+        "paced",
+        "[\"t\"]",
+        &r.url,
+        "rate_limit = \"10/s\"",
+        "",
+    );
+    let start = |name: &'static str| {
+        Hookbox::restart(
+            dir.clone(),
+            &db.env(&[("ALLOWED_TARGETS", "127.0.0.0/8"), ("INSTANCE_ID", name)]),
+        )
+    };
+    let (a, b) = (start("node-a"), start("node-b"));
+    // Each has counted both (every 2 s).
+    std::thread::sleep(Duration::from_millis(2500));
+    for n in 0..40 {
+        let hb = if n % 2 == 0 { &a } else { &b };
+        assert_eq!(hb.post(&event("t", n), &[]).status, 202);
+    }
+    let got = r.wait_for(40, Duration::from_secs(60));
+    let arrived: Vec<Instant> = got.iter().map(|q| q.at).collect();
+    let busiest = busiest_second(&arrived);
+    assert!(
+        busiest <= 12,
+        "{busiest} starts in one second from two instances"
+    );
+}

@@ -230,6 +230,13 @@ impl ClaimStore for PgStore {
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
+    async fn instances(&self) -> Result<u32, StoreError> {
+        let n: i64 = sqlx::query_scalar(super::instance::LIVE)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(u32::try_from(n).unwrap_or(1).max(1))
+    }
+
     async fn backlog_of(&self, handlers: &[String]) -> Result<u64, StoreError> {
         let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(backlog_of_sql()))
             .bind(handlers)

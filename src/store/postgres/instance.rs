@@ -28,6 +28,12 @@ const CHECK_EVERY: Duration = Duration::from_secs(5);
 const TRY_LOCK: &str =
     "SELECT pg_try_advisory_lock(hashtext('hookbox instance'), hashtext($1)) AS got";
 
+/// How many processes hold an `INSTANCE_ID` lock on this database: the live
+/// instances (a process that runs under a name of its own is not counted).
+pub(super) const LIVE: &str = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' \
+     AND granted AND objsubid = 2 AND classid = hashtext('hookbox instance')::oid \
+     AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+
 /// The claim owner of this process and whether it is the instance id itself.
 pub(super) async fn take(
     options: &PgConnectOptions,
