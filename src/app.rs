@@ -308,11 +308,12 @@ async fn run_workers(
 ) -> Result<(), AppError> {
     let store = state.store.clone();
     let (stop_claiming, stop_leases) = (CancellationToken::new(), CancellationToken::new());
+    let shared = processing.is_shared();
     let Started {
         queue,
         feed,
         lanes,
-        tasks,
+        mut tasks,
     } = processing
         .start(&state.inbox, &stop_claiming, &stop_leases)
         .await?;
@@ -327,6 +328,13 @@ async fn run_workers(
         state.registry.clone(),
         heard,
     ));
+    if shared {
+        tasks.spawn(crate::operator::follow(
+            store.clone(),
+            lanes.clone(),
+            state.registry.clone(),
+        ));
+    }
     let crew = Workers {
         queue: queue.clone(),
         store: store.clone(),

@@ -206,6 +206,11 @@ impl Processing {
         }
     }
 
+    /// True when several instances may share the database (PostgreSQL).
+    pub(crate) fn is_shared(&self) -> bool {
+        matches!(self, Self::Shared(_))
+    }
+
     /// After the workers stopped: on PostgreSQL gives back what this instance
     /// still holds, so that other instances take it at once rather than after the
     /// lease; nothing to do on SQLite.

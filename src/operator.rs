@@ -67,6 +67,31 @@ pub(crate) async fn restore(
     Ok(())
 }
 
+/// How often an instance sharing PostgreSQL reads the states the others kept.
+const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Several instances (PostgreSQL): follows, every second, the operators' pauses
+/// and resumes and the disabled destinations that other instances kept.
+pub(crate) async fn follow(
+    store: Arc<dyn Store>,
+    lanes: Arc<crate::processing::lanes::Lanes>,
+    registry: Arc<LiveRegistry>,
+) {
+    loop {
+        tokio::time::sleep(FOLLOW_EVERY).await;
+        let Ok(states) = store.destination_states().await else {
+            continue; // the database is away: the next round
+        };
+        let table = registry.current();
+        for (name, text) in states {
+            if let Ok(stored) = serde_json::from_str::<Stored>(&text) {
+                let flow = table.get(&name).map(|r| r.flow.clone()).unwrap_or_default();
+                lanes.follow(&name, &stored, flow);
+            }
+        }
+    }
+}
+
 /// Keeps and announces what it is told until every sender is gone.
 pub(crate) async fn run(
     inbox: Inbox,

@@ -515,6 +515,30 @@ impl<J> Lane<J> {
         }
     }
 
+    /// Follows what another instance kept (several instances on PostgreSQL): an
+    /// operator's pause, a disabled destination, and a resume of either. The
+    /// circuit and `Retry-After` pauses stay each instance's own. True when it
+    /// changed anything.
+    pub(crate) fn follow(&mut self, stored: &Stored, now: Instant) -> bool {
+        match stored.state.as_str() {
+            "paused" if stored.paused_until.is_none() && !self.paused => {
+                self.pause(now);
+                true
+            }
+            "disabled" if self.circuit != Circuit::Disabled => {
+                let before = self.state(now);
+                self.circuit = Circuit::Disabled;
+                self.changed(before, now);
+                true
+            }
+            "healthy" if self.paused || self.circuit == Circuit::Disabled => {
+                self.resume(now);
+                true
+            }
+            _ => false,
+        }
+    }
+
     fn changed(&mut self, before: State, now: Instant) -> Option<Transition> {
         let after = self.state(now);
         (after != before).then(|| {

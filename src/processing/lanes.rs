@@ -182,6 +182,25 @@ impl Lanes {
         self.wake.notify_one();
     }
 
+    /// Follows the states other instances kept (PostgreSQL): operators' pauses
+    /// and resumes, disabled destinations. Nothing is told: the instance that
+    /// changed it did.
+    pub(crate) fn follow(&self, name: &str, stored: &Stored, flow: FlowControl) {
+        let now = Instant::now();
+        let mut lanes = self.lock();
+        let lane = lanes
+            .entry(name.to_owned())
+            .or_insert_with(|| Lane::new(flow));
+        if !lane.follow(stored, now) {
+            return;
+        }
+        let state = lane.state(now);
+        let (go, spilled) = Self::release(lane, now);
+        drop(lanes);
+        set_state_gauge(name, state);
+        self.after(name, go, spilled, None);
+    }
+
     /// Sets what is called when a lane has room for work it let go.
     pub(crate) fn on_spill(&self, spill: impl Fn(Uuid) + Send + Sync + 'static) {
         let _ = self.spill.set(Box::new(spill));

@@ -475,3 +475,48 @@ fn two_instances_share_a_rate_limit() {
         "{busiest} starts in one second from two instances"
     );
 }
+
+/// PostgreSQL: an operator's pause on one instance holds on the others (within
+/// about a second), and so does the resume.
+#[test]
+fn a_pause_holds_on_every_instance() {
+    let Some(db) = crate::harness::Db::postgres() else {
+        return;
+    };
+    let dir = new_dir();
+    let r = Receiver::start();
+    http_manifest(dir.path(), "billing", "[\"t\"]", &r.url, "", "");
+    let start = |name: &'static str| {
+        Hookbox::restart(
+            dir.clone(),
+            &db.env(&[("ALLOWED_TARGETS", "127.0.0.0/8"), ("INSTANCE_ID", name)]),
+        )
+    };
+    let (a, b) = (start("node-a"), start("node-b"));
+    let paused = a.call("POST", "/destinations/billing/pause", Some(&json!({})), &[]);
+    assert_eq!(paused.json()["state"], "paused");
+    eventually(WAIT, "paused on the other instance", || {
+        let d = b.call("GET", "/destinations/billing", None, &[]).json();
+        (d["state"] == "paused").then_some(())
+    });
+    let ids: Vec<String> = (0..6)
+        .map(|n| {
+            let hb = if n % 2 == 0 { &a } else { &b };
+            hb.post(&event("t", n), &[]).json()["id"]
+                .as_str()
+                .expect("id")
+                .to_owned()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(r.count(), 0, "no instance delivers to a paused destination");
+    b.call(
+        "POST",
+        "/destinations/billing/resume",
+        Some(&json!({})),
+        &[],
+    );
+    for id in &ids {
+        a.wait_status(id, "completed", WAIT);
+    }
+}
