@@ -14,6 +14,9 @@
 #   scripts/bench.sh storm --duration 10s --connections 64   # retry storm: 1,000 known
 #                                                     # keys vs new keys, one run
 #   scripts/bench.sh recovery --pending 1000000         # memory and time to ready
+#   scripts/bench.sh isolation                          # a fast destination's latency,
+#                                                     # alone and beside 10 slow + 1 silent
+#   scripts/bench.sh rate                               # 100 subscribers limited to 20/s
 #
 # Arguments go to target/release/loadgen (the workspace crate crates/loadgen; see
 # `loadgen --help`); the
@@ -32,7 +35,7 @@
 # RSS (VmRSS, and the peak VmHWM) from /proc, kills hookbox with SIGKILL, starts
 # it again on the same database and reports the time until GET /ready answers
 # 200 and the RSS then and 5 s later; the other arguments go to `loadgen fill`.
-# In `deliver` mode hookbox also gets
+# In `deliver`, `isolation` and `rate` modes hookbox also gets
 # ALLOWED_TARGETS=127.0.0.0/8 (unless set), so that the subscribers loadgen registers
 # may reach its built-in receiver on 127.0.0.1. Every other hookbox setting
 # passes through from the environment (note that DATABASE_URL, if set, wins over
@@ -117,7 +120,7 @@ if [[ $# -eq 0 ]]; then
 fi
 # `deliver` delivers over HTTP to loadgen's receiver on 127.0.0.1, which the SSRF
 # guard refuses unless ALLOWED_TARGETS opens loopback.
-if [[ "$1" == deliver ]]; then
+if [[ "$1" == deliver || "$1" == isolation || "$1" == rate ]]; then
     export ALLOWED_TARGETS="${ALLOWED_TARGETS:-127.0.0.0/8}"
 fi
 # `recovery`: --pending N becomes loadgen fill's --events N; nothing drains them.

@@ -32,6 +32,55 @@ pub(crate) enum Command {
     /// Seed N keys, then post new keys for a fixed time, then re-post the N known
     /// keys for the same time (a retry storm); report both rates and their ratio.
     Storm(StormArgs),
+    /// A fast destination's delivery latency alone, then beside ten destinations
+    /// that answer after 2 s (with backlogs) and one that never answers.
+    Isolation(IsolationArgs),
+    /// N subscribers rate-limited to R/s each: deliveries per second in all, and
+    /// the most any one got in one second.
+    Rate(RateArgs),
+}
+
+/// Options of `isolation`.
+#[derive(Args, Debug)]
+pub(crate) struct IsolationArgs {
+    /// Base URL of hookbox (plain http).
+    #[arg(long, default_value = "http://127.0.0.1:8000")]
+    pub(crate) url: String,
+    /// Fast events measured in each phase.
+    #[arg(long, default_value_t = 200)]
+    pub(crate) samples: u64,
+    /// Milliseconds between two measured events.
+    #[arg(long, default_value_t = 20)]
+    pub(crate) gap_ms: u64,
+    /// Destinations that answer after 2 s.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) slow: u64,
+    /// Events waiting for each slow destination (and the silent one).
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) backlog: u64,
+    /// Bearer token for the admin routes, when hookbox has `ADMIN_TOKEN` set.
+    #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
+    pub(crate) admin_token: Option<String>,
+}
+
+/// Options of `rate`.
+#[derive(Args, Debug)]
+pub(crate) struct RateArgs {
+    /// Base URL of hookbox (plain http).
+    #[arg(long, default_value = "http://127.0.0.1:8000")]
+    pub(crate) url: String,
+    /// Subscribers, each with its own event type.
+    #[arg(long, default_value_t = 100)]
+    pub(crate) subscribers: u64,
+    /// Each one's limit, per second.
+    #[arg(long, default_value_t = 20)]
+    pub(crate) limit: u64,
+    /// The measured window, in seconds.
+    #[arg(long, default_value_t = 30)]
+    pub(crate) seconds: u64,
+    /// Bearer token for the admin routes, when hookbox has `ADMIN_TOKEN` set.
+    #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
+    pub(crate) admin_token: Option<String>,
 }
 
 /// Options shared by both modes.

@@ -65,6 +65,7 @@ mod deliver;
 mod e2e;
 mod fill;
 mod ingest;
+mod lanes;
 mod post;
 mod progress;
 mod receiver;
@@ -93,6 +94,8 @@ async fn main() -> ExitCode {
         Command::Fill(args) => fill::run_fill(args).await,
         Command::Websocket(args) => websocket::run_websocket(args).await,
         Command::Storm(args) => storm::run_storm(args).await,
+        Command::Isolation(args) => lanes::run_isolation(args).await,
+        Command::Rate(args) => lanes::run_rate(args).await,
     };
     match outcome {
         Ok(code) => code,
