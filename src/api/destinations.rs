@@ -15,7 +15,6 @@ use serde::Serialize;
 use crate::api::problem::Problem;
 use crate::inbox::Inbox;
 use crate::model::Timestamp;
-use crate::processing::lane::State as LaneState;
 use crate::processing::lanes::LaneView;
 use crate::registry::Route;
 use crate::registry::live::LiveRegistry;
@@ -30,8 +29,9 @@ pub struct Destination {
     kind: String,
     /// `healthy`, `paused`, `failing` or `disabled`.
     state: String,
-    /// When the state last changed (null: healthy since this instance started).
-    state_since: Option<Timestamp>,
+    /// When the state last changed (for a destination that never changed: when
+    /// this instance started).
+    state_since: Timestamp,
     /// The end of a `Retry-After` pause (null otherwise, and for an operator's pause).
     paused_until: Option<Timestamp>,
     /// Attempts running now.
@@ -57,11 +57,7 @@ pub struct Destinations {
     items: Vec<Destination>,
 }
 
-fn shown(
-    route: &Route,
-    lane: Option<LaneView>,
-    backlog: Option<&DestinationBacklog>,
-) -> Destination {
+fn shown(route: &Route, lane: LaneView, backlog: Option<&DestinationBacklog>) -> Destination {
     let now = Timestamp::now();
     let oldest_age = backlog
         .and_then(|b| b.oldest)
@@ -70,20 +66,16 @@ fn shown(
     Destination {
         name: route.name.clone(),
         kind: route.kind.clone(),
-        state: lane
-            .as_ref()
-            .map_or(LaneState::Healthy, |l| l.state)
-            .as_str()
-            .to_owned(),
-        state_since: lane.as_ref().map(|l| l.state_since),
-        paused_until: lane.as_ref().and_then(|l| l.paused_until),
-        in_flight: lane.as_ref().map_or(0, |l| l.in_flight),
+        state: lane.state.as_str().to_owned(),
+        state_since: lane.state_since,
+        paused_until: lane.paused_until,
+        in_flight: lane.in_flight,
         max_in_flight: route.flow.max_in_flight,
         rate_limit: route.flow.rate_limit.map(|r| r.to_string()),
         pending: backlog.map_or(0, |b| b.pending),
         oldest_pending_age_seconds: oldest_age.as_secs(),
-        last_error: lane.as_ref().and_then(|l| l.last_error.clone()),
-        consecutive_failures: lane.as_ref().map_or(0, |l| l.consecutive_failures),
+        last_error: lane.last_error,
+        consecutive_failures: lane.consecutive_failures,
     }
 }
 

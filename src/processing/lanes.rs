@@ -100,6 +100,8 @@ pub(crate) struct Lanes {
     listener: OnceLock<mpsc::UnboundedSender<Notice>>,
     /// Instances sharing the destinations' limits (PostgreSQL): each keeps its part.
     share: AtomicU32,
+    /// When these lanes began: a destination without a lane yet is healthy since.
+    started: Timestamp,
 }
 
 /// A lane's place taken by a running attempt; [`Lanes::finish`] gives it back (or
@@ -133,6 +135,7 @@ impl Lanes {
             spill: OnceLock::new(),
             listener: OnceLock::new(),
             share: AtomicU32::new(1),
+            started: Timestamp::now(),
         });
         tokio::spawn(lanes.clone().timer());
         lanes
@@ -387,10 +390,21 @@ impl Lanes {
         view
     }
 
-    /// A destination's lane as shown; `None` while it has none yet (healthy, idle).
-    pub(crate) fn view(&self, name: &str) -> Option<LaneView> {
+    /// A destination's lane as shown (healthy since these lanes began while it has
+    /// none yet).
+    pub(crate) fn view(&self, name: &str) -> LaneView {
         let now = Instant::now();
-        self.lock().get(name).map(|lane| view(lane, now))
+        self.lock().get(name).map_or(
+            LaneView {
+                state: State::Healthy,
+                state_since: self.started,
+                paused_until: None,
+                in_flight: 0,
+                consecutive_failures: 0,
+                last_error: None,
+            },
+            |lane| view(lane, now),
+        )
     }
 
     /// Destinations whose lanes hold all they keep in memory, or may not start
