@@ -211,9 +211,12 @@ impl<J> Lane<J> {
         self.in_flight as usize + self.parked.len()
     }
 
-    /// Most deliveries the lane keeps in memory; more are let go to the table.
+    /// Most deliveries the lane keeps in memory (16 × `max_in_flight`, from 128 to
+    /// 1024); more are let go to the table. Fewer made the window read the table
+    /// again too often: 100 destinations limited to 20/s each reached 653
+    /// deliveries/s in all with 32, 1,930 with 128.
     pub(crate) fn cap(&self) -> usize {
-        (self.flow.max_in_flight as usize * 4).clamp(32, 1024)
+        (self.flow.max_in_flight as usize * 16).clamp(128, 1024)
     }
 
     /// True when the lane holds as much as it keeps in memory.
@@ -763,23 +766,23 @@ mod tests {
         let mut l = lane(1);
         let now = Instant::now();
         l.pause(now);
-        let ids: Vec<Uuid> = (0..40).map(|_| Uuid::now_v7()).collect();
+        let ids: Vec<Uuid> = (0..136).map(|_| Uuid::now_v7()).collect();
         let mut let_go = 0;
         for (n, id) in ids.iter().enumerate() {
             if matches!(l.enter(*id, n as u32, now, true), Enter::LetGo(..)) {
                 let_go += 1;
             }
         }
-        assert_eq!(l.held(), 32);
+        assert_eq!(l.held(), 128);
         assert_eq!(let_go, 8);
         assert_eq!(l.take_spilled(), None, "not while paused and full");
         l.resume(now);
         let (go, _) = l.release(now);
         assert_eq!(go.len(), 1);
-        for _ in 0..20 {
+        for _ in 0..70 {
             l.finish(Verdict::Success, now);
             l.release(now);
         }
-        assert_eq!(l.take_spilled(), Some(ids[32]));
+        assert_eq!(l.take_spilled(), Some(ids[128]));
     }
 }

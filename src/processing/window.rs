@@ -229,7 +229,24 @@ impl Window {
 
     /// Free places in the window.
     fn room(&self) -> usize {
-        WINDOW.saturating_sub(self.queue.depth())
+        WINDOW.saturating_sub(self.active())
+    }
+
+    /// Jobs in the window that are not parked in their destination's lane: a
+    /// parked job waits for its destination, not for a worker, and takes no room
+    /// (each lane keeps a bounded number of them, `Lane::cap`).
+    fn active(&self) -> usize {
+        self.queue.depth().saturating_sub(self.lanes.parked())
+    }
+
+    /// Waits until at most `n` jobs are active.
+    async fn wait_active_at_most(&self, n: usize) {
+        while self.active() > n {
+            tokio::select! {
+                () = self.queue.wait_depth_at_most(n) => {}
+                () = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+        }
     }
 
     fn add_backlog(&self, n: usize) {
@@ -440,7 +457,7 @@ impl Window {
     async fn refill(self: Arc<Self>) {
         let mut failing = false;
         loop {
-            self.queue.wait_depth_at_most(REFILL_AT).await;
+            self.wait_active_at_most(REFILL_AT).await;
             let woken = self.wake.notified();
             match self.fill().await {
                 Ok(true) => continue,
@@ -536,7 +553,13 @@ impl Dispatch for Window {
             }
         }
         let mut state = self.lock();
-        if !state.spilled && self.room() >= jobs.len() {
+        // Straight in while nothing waits in the table before it, or while the
+        // window is less than half full whatever waits there: work that one
+        // destination leaves in the table must not delay another's new work. (The
+        // refill still reads the table from its cursor; it skips what is held,
+        // and a worker checks an ordering key's turn before it starts.)
+        let half_empty = self.active() + jobs.len() <= REFILL_AT;
+        if (!state.spilled || half_empty) && self.room() >= jobs.len() {
             let unrouted = jobs.len() - deliveries;
             self.add_backlog(unrouted);
             self.enqueue(&mut state, jobs);

@@ -1,7 +1,7 @@
 //! `isolation` and `rate`: destinations' lanes, measured at receivers of loadgen's
 //! own (docs/benchmarks in the README).
 //!
-//! - `isolation`: a fast destination's delivery latency (its 202 to its arrival),
+//! - `isolation`: a fast destination's delivery latency (its post to its arrival),
 //!   p50/p99 alone, then beside ten destinations that answer after 2 s with a
 //!   backlog each and one that never answers.
 //! - `rate`: N subscribers limited to R/s each; deliveries per second in all over a
@@ -119,7 +119,8 @@ async fn subscribe(
 }
 
 /// Posts `samples` events of `bench.iso.fast`, one at a time, `gap` apart, and
-/// returns each one's latency from its 202 to its arrival (milliseconds).
+/// returns each one's latency from its post to its arrival (microseconds: the
+/// commit, the 202 and the delivery race, so the post is the start).
 async fn sample_latency(
     admin: &mut Admin,
     arrivals: &Arrivals,
@@ -129,8 +130,8 @@ async fn sample_latency(
     let mut accepted = Vec::new();
     for n in 0..samples {
         let body = json!({"event_type": "bench.iso.fast", "payload": {"n": n}});
-        let (status, text) = admin.send(Method::POST, "/webhooks", Some(&body)).await?;
         let at = Instant::now();
+        let (status, text) = admin.send(Method::POST, "/webhooks", Some(&body)).await?;
         if status != StatusCode::ACCEPTED {
             return Err(format!("POST /webhooks answered {status}: {}", text.trim()).into());
         }
@@ -145,7 +146,7 @@ async fn sample_latency(
             .iter()
             .filter_map(|(id, at)| {
                 seen.get(&("/fast".to_owned(), id.clone())).map(|t| {
-                    u32::try_from(t.saturating_duration_since(*at).as_millis()).unwrap_or(u32::MAX)
+                    u32::try_from(t.saturating_duration_since(*at).as_micros()).unwrap_or(u32::MAX)
                 })
             })
             .collect();
@@ -159,8 +160,11 @@ async fn sample_latency(
     }
 }
 
+/// Microseconds as milliseconds with two decimals.
 fn ms(v: Option<u32>) -> String {
-    v.map_or("-".to_owned(), |v| format!("{v}ms"))
+    v.map_or("-".to_owned(), |v| {
+        format!("{:.2}ms", f64::from(v) / 1000.0)
+    })
 }
 
 /// `isolation`.
