@@ -80,6 +80,15 @@ pub(crate) enum Reason {
 }
 
 impl Reason {
+    /// Every reason, in the order of their discriminants.
+    pub(crate) const ALL: [Reason; 5] = [
+        Reason::RateLimit,
+        Reason::RetryAfter,
+        Reason::Circuit,
+        Reason::Paused,
+        Reason::MaxInFlight,
+    ];
+
     /// The metric label.
     pub(crate) fn as_str(self) -> &'static str {
         match self {

@@ -89,7 +89,7 @@ pub(crate) struct LaneView {
 /// The lanes of every destination of one instance.
 pub(crate) struct Lanes {
     me: Weak<Lanes>,
-    lanes: Mutex<HashMap<String, Lane<Lease<Job>>>>,
+    lanes: Mutex<HashMap<String, Held>>,
     /// Jobs beyond a lane's cap are let go to the table (SQLite) instead of parked.
     let_go: bool,
     /// Wakes the timer: a lane waits for the clock.
@@ -117,8 +117,12 @@ pub(crate) struct Slot {
 impl Drop for Slot {
     fn drop(&mut self) {
         if !self.done {
-            self.lanes
+            let next = self
+                .lanes
                 .finished(&self.handler, Verdict::Abandoned, self.quiet);
+            if let Some(lease) = next {
+                lease.requeue();
+            }
         }
     }
 }
@@ -141,7 +145,7 @@ impl Lanes {
         lanes
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Lane<Lease<Job>>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Held>> {
         self.lanes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -177,7 +181,7 @@ impl Lanes {
         let mut lanes = self.lock();
         let lane = lanes
             .entry(name.to_owned())
-            .or_insert_with(|| Lane::new(flow));
+            .or_insert_with(|| Held::new(name, flow));
         lane.restore(stored, now);
         let state = lane.state(now);
         drop(lanes);
@@ -193,15 +197,15 @@ impl Lanes {
         let mut lanes = self.lock();
         let lane = lanes
             .entry(name.to_owned())
-            .or_insert_with(|| Lane::new(flow));
+            .or_insert_with(|| Held::new(name, flow));
         if !lane.follow(stored, now) {
             return;
         }
         let state = lane.state(now);
-        let (go, spilled) = Self::release(lane, now);
+        let (go, spilled, when) = Self::release(lane, now);
         drop(lanes);
         set_state_gauge(name, state);
-        self.after(name, go, spilled, None);
+        self.after(name, go, spilled, None, when.is_some());
     }
 
     /// Sets what is called when a lane has room for work it let go.
@@ -222,7 +226,7 @@ impl Lanes {
         let mut lanes = self.lock();
         let flow = self.flow_of(route);
         if !lanes.contains_key(&route.name) {
-            lanes.insert(route.name.clone(), Lane::new(flow.clone()));
+            lanes.insert(route.name.clone(), Held::new(&route.name, flow.clone()));
         }
         let Some(lane) = lanes.get_mut(&route.name) else {
             return None; // just inserted
@@ -231,11 +235,13 @@ impl Lanes {
             lane.flow = flow;
         }
         let entered = lane.enter(delivery, lease, now, self.let_go);
-        let in_flight = lane.in_flight();
+        lane.in_flight_gauge.set(f64::from(lane.in_flight()));
+        if let Enter::Parked(reason) | Enter::LetGo(_, reason) = &entered {
+            lane.throttled[*reason as usize].increment(1);
+        }
         drop(lanes);
         match entered {
             Enter::Go(lease) => {
-                gauge_in_flight(&route.name, in_flight);
                 let me = self.me.upgrade()?;
                 Some((
                     lease,
@@ -248,12 +254,15 @@ impl Lanes {
                 ))
             }
             Enter::Parked(reason) => {
-                throttled(&route.name, reason);
-                self.wake.notify_one();
+                if matches!(
+                    reason,
+                    Reason::RateLimit | Reason::RetryAfter | Reason::Circuit
+                ) {
+                    self.wake.notify_one(); // it waits for the clock
+                }
                 None
             }
-            Enter::LetGo(lease, reason) => {
-                throttled(&route.name, reason);
+            Enter::LetGo(lease, _) => {
                 drop(lease);
                 None
             }
@@ -261,24 +270,27 @@ impl Lanes {
     }
 
     /// The attempt run with `slot` ended with `verdict`.
-    pub(crate) fn finish(&self, mut slot: Slot, verdict: Verdict) {
+    /// Answers a job of the lane that may start now, for the caller to run next
+    /// (its place in the lane taken): a worker that finished an attempt runs its
+    /// destination's next parked job itself, without a trip through the queue.
+    pub(crate) fn finish(&self, mut slot: Slot, verdict: Verdict) -> Option<Lease<Job>> {
         slot.done = true;
-        self.finished(&slot.handler, verdict, slot.quiet);
+        self.finished(&slot.handler, verdict, slot.quiet)
     }
 
-    fn finished(&self, handler: &str, verdict: Verdict, quiet: bool) {
+    fn finished(&self, handler: &str, verdict: Verdict, quiet: bool) -> Option<Lease<Job>> {
         let now = Instant::now();
         let mut lanes = self.lock();
         let Some(lane) = lanes.get_mut(handler) else {
-            return;
+            return None;
         };
         let transition = lane.finish(verdict, now);
-        let in_flight = lane.in_flight();
+        lane.in_flight_gauge.set(f64::from(lane.in_flight()));
         let notice = transition.map(|t| (t, lane.last_error.clone()));
         let kept = notice.as_ref().map(|_| lane.stored(now));
-        let (go, spilled) = Self::release(lane, now);
+        let (mut go, spilled, when) = Self::release(lane, now);
         drop(lanes);
-        gauge_in_flight(handler, in_flight);
+        let next = (!go.is_empty()).then(|| go.remove(0));
         if let (Some((t, _)), Some(stored)) = (&notice, kept) {
             self.tell(Notice::Destination {
                 name: handler.to_owned(),
@@ -288,14 +300,18 @@ impl Lanes {
                 quiet,
             });
         }
-        self.after(handler, go, spilled, notice);
+        self.after(handler, go, spilled, notice, when.is_some());
+        next
     }
 
     /// Lets a lane's parked jobs go that may, and answers what it let go earlier
-    /// that it has room for now.
-    fn release(lane: &mut Lane<Lease<Job>>, now: Instant) -> (Vec<Lease<Job>>, Option<Uuid>) {
-        let (go, _) = lane.release(now);
-        (go, lane.take_spilled())
+    /// that it has room for now, and when the rest may go if the clock decides.
+    fn release(
+        lane: &mut Lane<Lease<Job>>,
+        now: Instant,
+    ) -> (Vec<Lease<Job>>, Option<Uuid>, Option<Instant>) {
+        let (go, when) = lane.release(now);
+        (go, lane.take_spilled(), when)
     }
 
     /// What follows a change of a lane, done without its lock.
@@ -305,7 +321,9 @@ impl Lanes {
         go: Vec<Lease<Job>>,
         spilled: Option<Uuid>,
         notice: Option<(Transition, Option<String>)>,
+        clock: bool,
     ) {
+        let wake = clock || notice.is_some();
         for lease in go {
             lease.requeue();
         }
@@ -322,12 +340,14 @@ impl Lanes {
                 }
             }
         }
-        self.wake.notify_one();
+        if wake {
+            self.wake.notify_one(); // the lane waits for the clock
+        }
     }
 
     /// Jobs parked in every lane.
     pub(crate) fn parked(&self) -> usize {
-        self.lock().values().map(Lane::parked).sum()
+        self.lock().values().map(|held| held.parked()).sum()
     }
 
     /// A job released from a lane will not start after all (finished meanwhile,
@@ -340,11 +360,10 @@ impl Lanes {
         };
         let name = name.clone();
         lane.unadmit(delivery);
-        let in_flight = lane.in_flight();
-        let (go, spilled) = Self::release(lane, now);
+        lane.in_flight_gauge.set(f64::from(lane.in_flight()));
+        let (go, spilled, when) = Self::release(lane, now);
         drop(lanes);
-        gauge_in_flight(&name, in_flight);
-        self.after(&name, go, spilled, None);
+        self.after(&name, go, spilled, None, when.is_some());
     }
 
     /// An operator pauses a destination; answers its view.
@@ -361,13 +380,13 @@ impl Lanes {
         &self,
         name: &str,
         flow: FlowControl,
-        change: impl FnOnce(&mut Lane<Lease<Job>>, Instant) -> Option<Transition>,
+        change: impl FnOnce(&mut Held, Instant) -> Option<Transition>,
     ) -> LaneView {
         let now = Instant::now();
         let mut lanes = self.lock();
         let lane = lanes
             .entry(name.to_owned())
-            .or_insert_with(|| Lane::new(flow));
+            .or_insert_with(|| Held::new(name, flow));
         let notice = change(lane, now).map(|t| (t, None));
         self.tell(Notice::Destination {
             name: name.to_owned(),
@@ -377,7 +396,7 @@ impl Lanes {
             quiet: false,
         });
         let view = view(lane, now);
-        let (go, spilled) = Self::release(lane, now);
+        let (go, spilled, when) = Self::release(lane, now);
         // A resumed lane may have let work go while it was blocked.
         let spilled = spilled.or_else(|| {
             (view.state == State::Healthy)
@@ -386,7 +405,7 @@ impl Lanes {
         });
         drop(lanes);
         set_state_gauge(name, view.state);
-        self.after(name, go, spilled, notice);
+        self.after(name, go, spilled, notice, when.is_some());
         view
     }
 
@@ -504,14 +523,39 @@ fn view(lane: &Lane<Lease<Job>>, now: Instant) -> LaneView {
     }
 }
 
-fn throttled(name: &str, reason: Reason) {
-    metrics::counter!(names::DESTINATION_THROTTLED, "destination" => name.to_owned(), "reason" => reason.as_str())
-        .increment(1);
+/// A lane with its metrics' handles (made once: an attempt updates them without
+/// building a metric key).
+struct Held {
+    lane: Lane<Lease<Job>>,
+    /// `hookbox_destination_in_flight{destination}`.
+    in_flight_gauge: metrics::Gauge,
+    /// `hookbox_destination_throttled_total{destination,reason}`, by [`Reason`].
+    throttled: [metrics::Counter; 5],
 }
 
-fn gauge_in_flight(name: &str, in_flight: u32) {
-    metrics::gauge!(names::DESTINATION_IN_FLIGHT, "destination" => name.to_owned())
-        .set(f64::from(in_flight));
+impl Held {
+    fn new(name: &str, flow: FlowControl) -> Self {
+        let counter = |reason: Reason| metrics::counter!(names::DESTINATION_THROTTLED, "destination" => name.to_owned(), "reason" => reason.as_str());
+        Self {
+            lane: Lane::new(flow),
+            in_flight_gauge: metrics::gauge!(names::DESTINATION_IN_FLIGHT, "destination" => name.to_owned()),
+            throttled: Reason::ALL.map(counter),
+        }
+    }
+}
+
+impl std::ops::Deref for Held {
+    type Target = Lane<Lease<Job>>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.lane
+    }
+}
+
+impl std::ops::DerefMut for Held {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.lane
+    }
 }
 
 /// `hookbox_destination_state{destination,state}`: 1 for the current state.

@@ -126,6 +126,11 @@ impl<T> Queue<T> {
         self.ready.notify_waiters();
     }
 
+    /// True once [`Queue::close`] was called (shutdown).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
     /// Jobs queued or running.
     pub(crate) fn depth(&self) -> usize {
         self.depth.load(Ordering::Relaxed)
