@@ -281,9 +281,7 @@ impl Lanes {
     fn finished(&self, handler: &str, verdict: Verdict, quiet: bool) -> Option<Lease<Job>> {
         let now = Instant::now();
         let mut lanes = self.lock();
-        let Some(lane) = lanes.get_mut(handler) else {
-            return None;
-        };
+        let lane = lanes.get_mut(handler)?;
         let transition = lane.finish(verdict, now);
         lane.in_flight_gauge.set(f64::from(lane.in_flight()));
         let notice = transition.map(|t| (t, lane.last_error.clone()));

@@ -141,21 +141,22 @@ async fn sample_latency(
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let seen = arrivals.lock();
-        let got: Vec<u32> = accepted
-            .iter()
-            .filter_map(|(id, at)| {
-                seen.get(&("/fast".to_owned(), id.clone())).map(|t| {
-                    u32::try_from(t.saturating_duration_since(*at).as_micros()).unwrap_or(u32::MAX)
+        let mut got: Vec<u32> = {
+            let seen = arrivals.lock();
+            accepted
+                .iter()
+                .filter_map(|(id, at)| {
+                    seen.get(&("/fast".to_owned(), id.clone())).map(|t| {
+                        u32::try_from(t.saturating_duration_since(*at).as_micros())
+                            .unwrap_or(u32::MAX)
+                    })
                 })
-            })
-            .collect();
+                .collect()
+        };
         if got.len() == accepted.len() || Instant::now() > deadline {
-            let mut got = got;
             got.sort_unstable();
             return Ok(got);
         }
-        drop(seen);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
