@@ -235,11 +235,23 @@ impl Lanes {
             lane.flow = flow;
         }
         let entered = lane.enter(delivery, lease, now, self.let_go);
-        lane.in_flight_gauge.set(f64::from(lane.in_flight()));
         if let Enter::Parked(reason) | Enter::LetGo(_, reason) = &entered {
             lane.throttled[*reason as usize].increment(1);
         }
+        // Parked behind others while the lane could start some: they go now (the
+        // clock may have let them go since the timer last looked).
+        let (go, when) = match &entered {
+            Enter::Parked(_) => lane.release(now),
+            _ => (Vec::new(), None),
+        };
+        lane.in_flight_gauge.set(f64::from(lane.in_flight()));
         drop(lanes);
+        for lease in go {
+            lease.requeue();
+        }
+        if when.is_some() {
+            self.wake.notify_one(); // the rest waits for the clock
+        }
         match entered {
             Enter::Go(lease) => {
                 let me = self.me.upgrade()?;
@@ -253,15 +265,7 @@ impl Lanes {
                     },
                 ))
             }
-            Enter::Parked(reason) => {
-                if matches!(
-                    reason,
-                    Reason::RateLimit | Reason::RetryAfter | Reason::Circuit
-                ) {
-                    self.wake.notify_one(); // it waits for the clock
-                }
-                None
-            }
+            Enter::Parked(_) => None,
             Enter::LetGo(lease, _) => {
                 drop(lease);
                 None
@@ -269,8 +273,7 @@ impl Lanes {
         }
     }
 
-    /// The attempt run with `slot` ended with `verdict`.
-    /// Answers a job of the lane that may start now, for the caller to run next
+    /// The attempt run with `slot` ended with `verdict`. Answers a job of the lane that may start now, for the caller to run next
     /// (its place in the lane taken): a worker that finished an attempt runs its
     /// destination's next parked job itself, without a trip through the queue.
     pub(crate) fn finish(&self, mut slot: Slot, verdict: Verdict) -> Option<Lease<Job>> {
