@@ -251,6 +251,27 @@ pub(crate) async fn run_isolation(args: IsolationArgs) -> Result<ExitCode, BoxEr
     })
 }
 
+/// The fewest deliveries still pending for any destination named `prefix…`
+/// (`GET /destinations`).
+async fn least_pending(admin: &mut Admin, prefix: &str) -> Result<u64, BoxError> {
+    let (status, text) = admin.send(Method::GET, "/destinations", None).await?;
+    if status != StatusCode::OK {
+        return Err(format!("GET /destinations answered {status}: {}", text.trim()).into());
+    }
+    let list: Value = serde_json::from_str(&text)?;
+    Ok(list["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter(|d| d["name"].as_str().is_some_and(|n| n.starts_with(prefix)))
+                .filter_map(|d| d["pending"].as_u64())
+                .min()
+                .unwrap_or(0)
+        })
+        .unwrap_or(0))
+}
+
 /// `rate`.
 pub(crate) async fn run_rate(args: RateArgs) -> Result<ExitCode, BoxError> {
     let arrivals = Arc::new(Arrivals::default());
@@ -267,8 +288,8 @@ pub(crate) async fn run_rate(args: RateArgs) -> Result<ExitCode, BoxError> {
         )
         .await?;
     }
-    let window = Duration::from_secs(args.seconds);
-    let per = args.limit * (args.seconds + 5);
+    // Enough for the window after posting (which delivers meanwhile) ends.
+    let per = args.limit * (args.seconds + 45);
     let run_id = uuid::Uuid::now_v7().to_string();
     let bodies = (0..args.subscribers)
         .map(|i| event_body(&format!("bench.rate.{i}"), &run_id, 256))
@@ -281,6 +302,11 @@ pub(crate) async fn run_rate(args: RateArgs) -> Result<ExitCode, BoxError> {
     };
     post_counted(&admin.target, run_id, bodies, &plan, started, "rate").await?;
     // Measure a window that starts once posting is done (every lane busy).
+    // The window: what every subscriber still has waiting at its limit, at most
+    // `--seconds` (a subscriber that runs dry would count as a shortfall).
+    let least = least_pending(&mut admin, "rate-").await?;
+    let secs = args.seconds.min(least / args.limit.max(1)).max(1);
+    let window = Duration::from_secs(secs);
     let from = Instant::now();
     tokio::time::sleep(window).await;
     let to = from + window;
@@ -314,7 +340,7 @@ pub(crate) async fn run_rate(args: RateArgs) -> Result<ExitCode, BoxError> {
         ("mode", "rate".to_owned()),
         ("subscribers", args.subscribers.to_string()),
         ("limit", limit),
-        ("window", format!("{}s", args.seconds)),
+        ("window", format!("{secs}s")),
         ("deliveries/s", format!("{total:.1}")),
         ("of target", format!("{:.1}%", total / target * 100.0)),
         ("most in 1 s (one sub)", worst.to_string()),
