@@ -53,6 +53,12 @@ pub(crate) async fn restore(
     registry: &LiveRegistry,
 ) -> Result<(), crate::store::StoreError> {
     let table = registry.current();
+    lanes.know(
+        table
+            .routes()
+            .iter()
+            .map(|r| (r.name.clone(), r.flow.clone())),
+    );
     for (name, text) in store.destination_states().await? {
         match serde_json::from_str::<Stored>(&text) {
             Ok(stored) => {

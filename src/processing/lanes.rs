@@ -208,6 +208,18 @@ impl Lanes {
         self.after(name, go, spilled, None, when.is_some());
     }
 
+    /// Gives every destination of `names` its lane (and its metrics) at once, so
+    /// that `hookbox_destination_state` shows each one from the start.
+    pub(crate) fn know(&self, names: impl IntoIterator<Item = (String, FlowControl)>) {
+        let mut lanes = self.lock();
+        for (name, flow) in names {
+            if let std::collections::hash_map::Entry::Vacant(slot) = lanes.entry(name) {
+                let held = Held::new(slot.key(), flow);
+                slot.insert(held);
+            }
+        }
+    }
+
     /// Sets what is called when a lane has room for work it let go.
     pub(crate) fn on_spill(&self, spill: impl Fn(Uuid) + Send + Sync + 'static) {
         let _ = self.spill.set(Box::new(spill));
@@ -537,6 +549,7 @@ struct Held {
 impl Held {
     fn new(name: &str, flow: FlowControl) -> Self {
         let counter = |reason: Reason| metrics::counter!(names::DESTINATION_THROTTLED, "destination" => name.to_owned(), "reason" => reason.as_str());
+        set_state_gauge(name, State::Healthy);
         Self {
             lane: Lane::new(flow),
             in_flight_gauge: metrics::gauge!(names::DESTINATION_IN_FLIGHT, "destination" => name.to_owned()),

@@ -164,6 +164,24 @@ fn retry_after_pauses_only_its_destination(db: &Db) {
 }
 }
 
+/// The state `hookbox_destination_state` shows as 1 for `destination`.
+fn state_metric(hb: &Hookbox, destination: &str) -> String {
+    let text = hb.get("/metrics").expect("metrics").text;
+    let ones: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("hookbox_destination_state{"))
+        .filter(|l| l.contains(&format!("destination=\"{destination}\"")))
+        .filter(|l| l.ends_with(" 1"))
+        .collect();
+    assert_eq!(ones.len(), 1, "one state at 1: {ones:?}");
+    ones[0]
+        .split("state=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_default()
+        .to_owned()
+}
+
 on_both_backends! {
 /// An operator's pause holds every delivery (nothing dropped) until resumed.
 fn pause_and_resume(db: &Db) {
@@ -171,6 +189,7 @@ fn pause_and_resume(db: &Db) {
     let r = Receiver::start();
     http_manifest(dir.path(), "billing", "[\"t\"]", &r.url, "rate_limit = \"20/s\"", "");
     let hb = Hookbox::restart(dir, &db.env(&[("ALLOWED_TARGETS", "127.0.0.0/8")]));
+    assert_eq!(state_metric(&hb, "billing"), "healthy", "shown from the start");
     let paused = hb.call("POST", "/destinations/billing/pause", Some(&json!({})), &[]);
     assert_eq!(paused.status, 200, "{}", paused.text);
     assert_eq!(paused.json()["state"], "paused");
@@ -183,6 +202,7 @@ fn pause_and_resume(db: &Db) {
     assert_eq!(r.count(), 0, "a paused destination gets nothing");
     let d = hb.call("GET", "/destinations/billing", None, &[]).json();
     assert_eq!(d["pending"], 5, "{d}");
+    assert_eq!(state_metric(&hb, "billing"), "paused");
     let resumed = hb.call("POST", "/destinations/billing/resume", Some(&json!({})), &[]);
     assert_eq!(resumed.json()["state"], "healthy", "{}", resumed.text);
     for id in &ids {
