@@ -53,18 +53,18 @@ pub async fn list(State(console): State<Console>, axum::Extension(s): Visitor) -
                         @let name = text(d, "name");
                         @let state = text(d, "state");
                         tr id={ "destination-" (name) } {
-                            td data-label="Name" { code { (name) } }
+                            td.keep data-label="Name" { code { (name) } }
                             td data-label="Kind" { (text(d, "kind")) }
-                            td data-label="State" {
+                            td.keep data-label="State" {
                                 span class={ "badge " (badge(&state)) } { (state) }
                                 @if let Some(until) = d["paused_until"].as_str() { " until " (until) }
                             }
-                            td data-label="In flight" { (d["in_flight"]) " / " (d["max_in_flight"]) }
+                            td.keep data-label="In flight" { (d["in_flight"]) " / " (d["max_in_flight"]) }
                             td data-label="Pending" { (d["pending"]) }
                             td data-label="Oldest (s)" { (d["oldest_pending_age_seconds"]) }
                             td data-label="Failures" { (d["consecutive_failures"]) }
                             td data-label="Last error" { (text(d, "last_error")) }
-                            td {
+                            td.keep {
                                 @let action = if state == "healthy" { "pause" } else { "resume" };
                                 form.inline method="post" action={ "/console/destinations/" (super::segment(&name)) "/" (action) } {
                                     (csrf(&s))
