@@ -60,17 +60,25 @@ pub(crate) async fn restore(
             .map(|r| (r.name.clone(), r.flow.clone())),
     );
     for (name, text) in store.destination_states().await? {
-        match serde_json::from_str::<Stored>(&text) {
-            Ok(stored) => {
-                let flow = table.get(&name).map(|r| r.flow.clone()).unwrap_or_default();
-                lanes.restore(&name, &stored, flow);
-            }
+        match decode(&table, &name, &text) {
+            Ok((stored, flow)) => lanes.restore(&name, &stored, flow),
             Err(e) => {
                 warn!(destination = %name, error = %e, "a kept destination state does not decode; it starts healthy")
             }
         }
     }
     Ok(())
+}
+
+/// A kept state, with the limits of its destination in `table`.
+fn decode(
+    table: &crate::registry::Registry,
+    name: &str,
+    text: &str,
+) -> Result<(Stored, crate::registry::flow::FlowControl), serde_json::Error> {
+    let stored = serde_json::from_str::<Stored>(text)?;
+    let flow = table.get(name).map(|r| r.flow.clone()).unwrap_or_default();
+    Ok((stored, flow))
 }
 
 /// How often an instance sharing PostgreSQL reads the states the others kept.
@@ -90,8 +98,9 @@ pub(crate) async fn follow(
         };
         let table = registry.current();
         for (name, text) in states {
-            if let Ok(stored) = serde_json::from_str::<Stored>(&text) {
-                let flow = table.get(&name).map(|r| r.flow.clone()).unwrap_or_default();
+            // One that does not decode was said at startup (or is another
+            // version's): nothing to follow.
+            if let Ok((stored, flow)) = decode(&table, &name, &text) {
                 lanes.follow(&name, &stored, flow);
             }
         }

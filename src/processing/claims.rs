@@ -202,17 +202,7 @@ impl Claims {
 
     /// Jobs queued or running, less those parked in their destination's lane.
     fn active(&self) -> usize {
-        self.queue.depth().saturating_sub(self.lanes.parked())
-    }
-
-    /// Waits until at most `n` jobs are queued or running besides the parked ones.
-    async fn wait_active_at_most(&self, n: usize) {
-        while self.active() > n {
-            tokio::select! {
-                () = self.queue.wait_depth_at_most(n) => {}
-                () = tokio::time::sleep(Duration::from_millis(50)) => {}
-            }
-        }
+        self.lanes.active(self.queue.depth())
     }
 
     /// Queue places set aside by intake and not yet used or given back.
@@ -346,7 +336,9 @@ impl Claims {
         let mut backoff = Backoff::default();
         loop {
             // Refill once half of what is held has been taken.
-            self.wait_active_at_most(self.workers).await;
+            self.lanes
+                .wait_active_at_most(&self.queue, self.workers)
+                .await;
             let taken = self.active() + self.reserved_places();
             let room = hold.saturating_sub(taken).max(1);
             let limit = u32::try_from(room).unwrap_or(u32::MAX);

@@ -210,11 +210,6 @@ impl<J> Lane<J> {
         self.in_flight
     }
 
-    /// Deliveries parked.
-    pub(crate) fn parked(&self) -> usize {
-        self.parked.len()
-    }
-
     /// Deliveries in memory: running or parked.
     pub(crate) fn held(&self) -> usize {
         self.in_flight as usize + self.parked.len()

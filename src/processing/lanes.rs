@@ -16,7 +16,7 @@
 //! Every change of state is logged and shown in `hookbox_destination_state`.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -27,7 +27,7 @@ use uuid::Uuid;
 use crate::model::Timestamp;
 use crate::processing::job::Job;
 use crate::processing::lane::{Enter, Lane, Reason, State, Stored, Transition, Verdict};
-use crate::processing::queue::Lease;
+use crate::processing::queue::{Lease, Queue};
 use crate::registry::Route;
 use crate::registry::flow::FlowControl;
 use crate::telemetry::names;
@@ -100,6 +100,8 @@ pub(crate) struct Lanes {
     listener: OnceLock<mpsc::UnboundedSender<Notice>>,
     /// Instances sharing the destinations' limits (PostgreSQL): each keeps its part.
     share: AtomicU32,
+    /// Jobs parked in every lane.
+    parked: AtomicUsize,
     /// When these lanes began: a destination without a lane yet is healthy since.
     started: Timestamp,
 }
@@ -139,6 +141,7 @@ impl Lanes {
             spill: OnceLock::new(),
             listener: OnceLock::new(),
             share: AtomicU32::new(1),
+            parked: AtomicUsize::new(0),
             started: Timestamp::now(),
         });
         tokio::spawn(lanes.clone().timer());
@@ -202,7 +205,7 @@ impl Lanes {
             return;
         }
         let state = lane.state(now);
-        let (go, spilled, when) = Self::release(lane, now);
+        let (go, spilled, when) = self.release(lane, now);
         drop(lanes);
         set_state_gauge(name, state);
         self.after(name, go, spilled, None, when.is_some());
@@ -253,7 +256,10 @@ impl Lanes {
         // Parked behind others while the lane could start some: they go now (the
         // clock may have let them go since the timer last looked).
         let (go, when) = match &entered {
-            Enter::Parked(_) => lane.release(now),
+            Enter::Parked(_) => {
+                self.parked.fetch_add(1, Ordering::Relaxed);
+                self.unpark(lane, now)
+            }
             _ => (Vec::new(), None),
         };
         lane.in_flight_gauge.set(f64::from(lane.in_flight()));
@@ -301,7 +307,7 @@ impl Lanes {
         lane.in_flight_gauge.set(f64::from(lane.in_flight()));
         let notice = transition.map(|t| (t, lane.last_error.clone()));
         let kept = notice.as_ref().map(|_| lane.stored(now));
-        let (mut go, spilled, when) = Self::release(lane, now);
+        let (mut go, spilled, when) = self.release(lane, now);
         drop(lanes);
         let next = (!go.is_empty()).then(|| go.remove(0));
         if let (Some((t, _)), Some(stored)) = (&notice, kept) {
@@ -320,11 +326,23 @@ impl Lanes {
     /// Lets a lane's parked jobs go that may, and answers what it let go earlier
     /// that it has room for now, and when the rest may go if the clock decides.
     fn release(
+        &self,
         lane: &mut Lane<Lease<Job>>,
         now: Instant,
     ) -> (Vec<Lease<Job>>, Option<Uuid>, Option<Instant>) {
-        let (go, when) = lane.release(now);
+        let (go, when) = self.unpark(lane, now);
         (go, lane.take_spilled(), when)
+    }
+
+    /// [`Lane::release`], keeping the count of parked jobs.
+    fn unpark(
+        &self,
+        lane: &mut Lane<Lease<Job>>,
+        now: Instant,
+    ) -> (Vec<Lease<Job>>, Option<Instant>) {
+        let (go, when) = lane.release(now);
+        self.parked.fetch_sub(go.len(), Ordering::Relaxed);
+        (go, when)
     }
 
     /// What follows a change of a lane, done without its lock.
@@ -360,7 +378,25 @@ impl Lanes {
 
     /// Jobs parked in every lane.
     pub(crate) fn parked(&self) -> usize {
-        self.lock().values().map(|held| held.parked()).sum()
+        self.parked.load(Ordering::Relaxed)
+    }
+
+    /// Of a queue's `depth` (jobs queued or running), those not parked in a lane:
+    /// a parked job waits for its destination, not for a worker, and takes no room
+    /// in the window or the claimed queue (each lane keeps a bounded number).
+    pub(crate) fn active(&self, depth: usize) -> usize {
+        depth.saturating_sub(self.parked())
+    }
+
+    /// Waits until at most `n` of `queue`'s jobs are active (parking a job frees
+    /// no queue place, so the wait also looks again every 20 ms).
+    pub(crate) async fn wait_active_at_most(&self, queue: &Queue<Job>, n: usize) {
+        while self.active(queue.depth()) > n {
+            tokio::select! {
+                () = queue.wait_depth_at_most(n) => {}
+                () = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+        }
     }
 
     /// A job released from a lane will not start after all (finished meanwhile,
@@ -374,18 +410,18 @@ impl Lanes {
         let name = name.clone();
         lane.unadmit(delivery);
         lane.in_flight_gauge.set(f64::from(lane.in_flight()));
-        let (go, spilled, when) = Self::release(lane, now);
+        let (go, spilled, when) = self.release(lane, now);
         drop(lanes);
         self.after(&name, go, spilled, None, when.is_some());
     }
 
-    /// An operator pauses a destination; answers its view.
-    pub(crate) fn pause(&self, name: &str, flow: FlowControl) -> LaneView {
+    /// An operator pauses a destination.
+    pub(crate) fn pause(&self, name: &str, flow: FlowControl) {
         self.by_operator(name, flow, |lane, now| lane.pause(now))
     }
 
     /// An operator resumes a destination: healthy, its due work runs at once.
-    pub(crate) fn resume(&self, name: &str, flow: FlowControl) -> LaneView {
+    pub(crate) fn resume(&self, name: &str, flow: FlowControl) {
         self.by_operator(name, flow, |lane, now| Some(lane.resume(now)))
     }
 
@@ -394,7 +430,7 @@ impl Lanes {
         name: &str,
         flow: FlowControl,
         change: impl FnOnce(&mut Held, Instant) -> Option<Transition>,
-    ) -> LaneView {
+    ) {
         let now = Instant::now();
         let mut lanes = self.lock();
         let lane = lanes
@@ -408,18 +444,9 @@ impl Lanes {
             by_operator: true,
             quiet: false,
         });
-        let view = view(lane, now);
-        let (go, spilled, when) = Self::release(lane, now);
-        // A resumed lane may have let work go while it was blocked.
-        let spilled = spilled.or_else(|| {
-            (view.state == State::Healthy)
-                .then(|| lane.take_spilled())
-                .flatten()
-        });
+        let (go, spilled, when) = self.release(lane, now);
         drop(lanes);
-        set_state_gauge(name, view.state);
         self.after(name, go, spilled, notice, when.is_some());
-        view
     }
 
     /// A destination's lane as shown (healthy since these lanes began while it has
@@ -491,7 +518,7 @@ impl Lanes {
             {
                 let mut lanes = self.lock();
                 for (name, lane) in lanes.iter_mut() {
-                    let (go, when) = lane.release(now);
+                    let (go, when) = self.unpark(lane, now);
                     let spilled = lane.take_spilled();
                     if !go.is_empty() || spilled.is_some() {
                         work.push((name.clone(), go, spilled));

@@ -163,14 +163,24 @@ impl Window {
 
     /// Counts `n` fresh deliveries of `handler` (negative: finished).
     pub(crate) fn count_fresh(&self, handler: &str, n: i64) {
+        self.count_fresh_all([handler], n);
+    }
+
+    /// Counts `n` fresh deliveries for each of `handlers`, under one lock.
+    fn count_fresh_all<'h>(&self, handlers: impl IntoIterator<Item = &'h str>, n: i64) {
         let mut lanes = self.per_lane.lock().unwrap_or_else(|e| e.into_inner());
-        match lanes.get_mut(handler) {
-            Some(count) => *count += n,
-            None => {
-                lanes.insert(handler.to_owned(), n);
+        let mut total = 0;
+        for handler in handlers {
+            match lanes.get_mut(handler) {
+                Some(count) => *count += n,
+                None => {
+                    lanes.insert(handler.to_owned(), n);
+                }
             }
+            total += n;
         }
-        self.backlog.fetch_add(n, Ordering::Relaxed);
+        drop(lanes);
+        self.backlog.fetch_add(total, Ordering::Relaxed);
     }
 
     /// Fresh deliveries that their own destination holds back (paused, failing,
@@ -232,21 +242,9 @@ impl Window {
         WINDOW.saturating_sub(self.active())
     }
 
-    /// Jobs in the window that are not parked in their destination's lane: a
-    /// parked job waits for its destination, not for a worker, and takes no room
-    /// (each lane keeps a bounded number of them, `Lane::cap`).
+    /// Jobs in the window that are not parked in their destination's lane.
     fn active(&self) -> usize {
-        self.queue.depth().saturating_sub(self.lanes.parked())
-    }
-
-    /// Waits until at most `n` jobs are active.
-    async fn wait_active_at_most(&self, n: usize) {
-        while self.active() > n {
-            tokio::select! {
-                () = self.queue.wait_depth_at_most(n) => {}
-                () = tokio::time::sleep(Duration::from_millis(20)) => {}
-            }
-        }
+        self.lanes.active(self.queue.depth())
     }
 
     fn add_backlog(&self, n: usize) {
@@ -457,7 +455,7 @@ impl Window {
     async fn refill(self: Arc<Self>) {
         let mut failing = false;
         loop {
-            self.wait_active_at_most(REFILL_AT).await;
+            self.lanes.wait_active_at_most(&self.queue, REFILL_AT).await;
             let woken = self.wake.notified();
             match self.fill().await {
                 Ok(true) => continue,
@@ -547,11 +545,13 @@ impl Dispatch for Window {
             .count();
         // New work is counted per destination here; a replay counts its own
         // (its jobs carry no task) through `count_fresh`.
-        for job in &jobs {
-            if let Job::Deliver { task: Some(t), .. } = job {
-                self.count_fresh(&t.handler, 1);
-            }
-        }
+        self.count_fresh_all(
+            jobs.iter().filter_map(|job| match job {
+                Job::Deliver { task: Some(t), .. } => Some(t.handler.as_str()),
+                _ => None,
+            }),
+            1,
+        );
         let mut state = self.lock();
         // Straight in while nothing waits in the table before it, or while the
         // window is less than half full whatever waits there: work that one
