@@ -92,7 +92,10 @@ impl<T> Queue<T> {
         // as "overloaded" by intake for that instant).
         self.depth.fetch_add(added, Ordering::Relaxed);
         drop(guard);
-        for _ in 0..added.min(1024) {
+        // One worker is woken; each that takes a job wakes the next while jobs
+        // remain ([`Queue::take`]). Waking one per job woke up to 128 workers
+        // per commit, most of which only parked their job in a full lane.
+        if added > 0 {
             self.ready.notify_one();
         }
     }
