@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::config::Config;
-use crate::inbox::{Feed, Processing, Started, new_pair};
+use crate::inbox::{Admission, Feed, Processing, Started, new_pair};
 use crate::processing::worker::Workers;
 use crate::registry::Registry;
 use crate::registry::live::LiveRegistry;
@@ -210,7 +210,18 @@ impl App {
                 ));
             }
         };
-        let (inbox, processing) = new_pair(&config, backend.store.clone(), feed, registry.clone());
+        let lifecycle = Arc::new(Lifecycle::default());
+        let admission = Admission {
+            sources: sources.iter().map(|s| s.name.clone()).collect(),
+            lifecycle: lifecycle.clone(),
+        };
+        let (inbox, processing) = new_pair(
+            &config,
+            backend.store.clone(),
+            feed,
+            registry.clone(),
+            admission,
+        );
         let state = AppState::new(Shared {
             store: backend.store,
             load: inbox.load(),
@@ -224,7 +235,7 @@ impl App {
                 public: config.metrics_public,
                 prometheus,
             },
-            lifecycle: Arc::new(Lifecycle::default()),
+            lifecycle,
         });
         let listener = TcpListener::bind(config.bind_addr)
             .await
@@ -322,12 +333,7 @@ async fn run_workers(
     crate::operator::restore(&*store, &lanes, &state.registry).await?;
     let (notices, heard) = tokio::sync::mpsc::unbounded_channel();
     lanes.listen(notices);
-    tokio::spawn(crate::operator::run(
-        state.inbox.clone(),
-        store.clone(),
-        state.registry.clone(),
-        heard,
-    ));
+    tokio::spawn(crate::operator::run(state.inbox.clone(), store.clone(), heard));
     if shared {
         tasks.spawn(crate::operator::follow(
             store.clone(),
@@ -354,7 +360,7 @@ async fn run_workers(
     ));
     state.lifecycle.set_ready();
     info!(workers = config.worker_count, "ready");
-    let pulls = crate::sources::pull::start(&state.sources, &state.inbox, &state.registry);
+    let pulls = crate::sources::pull::start(&state.sources, &state.inbox);
 
     shutdown.await;
     // Pull sources stop reading first and commit what they fetched.

@@ -61,6 +61,7 @@ pub mod console;
 pub(crate) mod idempotency_cache;
 pub mod inbox;
 pub mod json;
+pub mod lifecycle;
 /// hookbox's HTTP layers, from the stand-alone `hookbox-layers` crate
 /// (crates/hookbox-layers): the same paths as before it moved out.
 pub use hookbox_layers as layers;

@@ -13,22 +13,17 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 use tracing::warn;
-use uuid::Uuid;
 
-use crate::inbox::Inbox;
-use crate::model::{NewEvent, Timestamp, hex};
+use crate::inbox::{EventType, Inbox, Origin, Outcome, Payload, Submission};
+use crate::model::Timestamp;
 use crate::processing::lane::{State, Stored, Transition};
 use crate::processing::lanes::Notice;
 #[cfg(test)]
 use crate::processing::lanes::is_operator_event;
 use crate::registry::live::LiveRegistry;
 use crate::store::Store;
-
-/// The source name of operator events, and the prefix of their types.
-pub(crate) const SOURCE: &str = "hookbox";
 
 /// The operator event a destination's change raises, if any: an operator's pause
 /// and resume, and the circuit's and `410`'s changes (a `Retry-After` pause and its
@@ -111,7 +106,6 @@ pub(crate) async fn follow(
 pub(crate) async fn run(
     inbox: Inbox,
     store: Arc<dyn Store>,
-    registry: Arc<LiveRegistry>,
     mut notices: mpsc::UnboundedReceiver<Notice>,
 ) {
     while let Some(notice) = notices.recv().await {
@@ -136,7 +130,7 @@ pub(crate) async fn run(
                         "last_error": stored.last_error,
                         "at": Timestamp::now().to_rfc3339(),
                     });
-                    announce(&inbox, &registry, event_type, &name, &payload).await;
+                    announce(&inbox, event_type, &name, &payload).await;
                 }
             }
             Notice::DeadLettered {
@@ -155,7 +149,7 @@ pub(crate) async fn run(
                     "at": Timestamp::now().to_rfc3339(),
                 });
                 let kind = "hookbox.delivery.dead_lettered";
-                announce(&inbox, &registry, kind, &destination, &payload).await;
+                announce(&inbox, kind, &destination, &payload).await;
             }
         }
     }
@@ -173,39 +167,31 @@ async fn keep(store: &dyn Store, name: &str, stored: &Stored) {
     }
 }
 
-/// Stores an operator event about `destination`, routed to every matching handler
-/// but that destination.
-async fn announce(
-    inbox: &Inbox,
-    registry: &LiveRegistry,
-    event_type: &str,
-    destination: &str,
-    payload: &serde_json::Value,
-) {
-    let payload = match crate::json::canonical(&payload.to_string()) {
-        Ok(text) => text,
+/// Stores an operator event about `destination` through the inbox, routed to every
+/// matching handler but that destination ([`Origin::Operator`]).
+async fn announce(inbox: &Inbox, event_type: &str, destination: &str, payload: &serde_json::Value) {
+    let submission = crate::json::canonical(&payload.to_string())
+        .map_err(|e| e.to_string())
+        .and_then(|text| {
+            Ok(Submission {
+                event_type: EventType::new(event_type)?,
+                key: None,
+                payload: Payload::new(text),
+                origin: Origin::Operator {
+                    about: destination.to_owned(),
+                },
+            })
+        });
+    let outcome = match submission {
+        Ok(submission) => inbox.accept(submission).await,
         Err(e) => {
             return warn!(destination, event_type, error = %e, "could not encode an operator event");
         }
     };
-    let (table, routing_version) = registry.versioned();
-    let mut deliveries = table.deliveries(event_type, &payload);
-    deliveries.retain(|d| d.handler != destination);
-    let id = Uuid::now_v7();
-    let event = NewEvent {
-        id,
-        idempotency_key: format!("{SOURCE}:{event_type}:{destination}:{id}"),
-        event_type: event_type.to_owned(),
-        payload_sha256: hex(&Sha256::digest(payload.as_bytes())),
-        payload,
-        created_at: Timestamp::now(),
-        source: Some(SOURCE.to_owned()),
-        deliveries,
-        routing_version,
-        claim_lease: None,
-    };
-    if let Err(e) = inbox.accept(event).await {
-        warn!(destination, event_type, error = %e, "could not store an operator event");
+    match outcome {
+        Ok(Outcome::Accepted(_)) => {}
+        Ok(other) => warn!(destination, event_type, outcome = ?other, "an operator event was not stored"),
+        Err(e) => warn!(destination, event_type, error = %e, "could not store an operator event"),
     }
 }
 

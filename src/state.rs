@@ -9,46 +9,17 @@
 
 use std::ops::Deref;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::extract::FromRef;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::config::Secret;
 use crate::inbox::Inbox;
+pub use crate::lifecycle::Lifecycle;
 use crate::layers::backpressure::LoadSignal;
 use crate::registry::live::LiveRegistry;
 use crate::sources::live::Sources;
 use crate::store::Store;
-
-/// Readiness and shutdown flags shared by the API and the background tasks.
-#[derive(Debug, Default)]
-pub struct Lifecycle {
-    ready: AtomicBool,
-    draining: AtomicBool,
-}
-
-impl Lifecycle {
-    /// True once startup recovery is complete.
-    pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
-    }
-
-    /// True once shutdown has begun.
-    pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Acquire)
-    }
-
-    /// Startup recovery is complete: `/ready` turns 200.
-    pub(crate) fn set_ready(&self) {
-        self.ready.store(true, Ordering::Release);
-    }
-
-    /// Shutdown has begun: `/ready` and intake answer 503.
-    pub(crate) fn set_draining(&self) {
-        self.draining.store(true, Ordering::Release);
-    }
-}
 
 /// `ADMIN_TOKEN`: what the admin routes require, when set.
 #[derive(Clone, Default)]

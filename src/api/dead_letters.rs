@@ -53,7 +53,7 @@ pub async fn list(
     let page = store
         .dead_letters(limit, before)
         .await
-        .map_err(|e| Problem::unavailable(e.to_string()))?;
+        .map_err(Problem::from)?;
     Ok(Json(page).into_response())
 }
 
@@ -62,7 +62,7 @@ async fn replay(inbox: &Inbox, filter: ReplayFilter) -> Result<Vec<PendingDelive
     inbox
         .replay(filter)
         .await
-        .map_err(|e| Problem::unavailable(e.to_string()))
+        .map_err(Problem::from)
 }
 
 /// `POST /webhooks/{id}/replay` → 202 with the event.
@@ -92,7 +92,7 @@ pub async fn replay_event(
     let event = store
         .event(id)
         .await
-        .map_err(|e| Problem::unavailable(e.to_string()))?
+        .map_err(Problem::from)?
         .ok_or_else(|| Problem::not_found("event"))?;
     if replayed.is_empty() {
         return Err(

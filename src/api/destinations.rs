@@ -83,7 +83,7 @@ async fn backlog(store: &dyn Store) -> Result<Vec<DestinationBacklog>, Problem> 
     store
         .destination_backlog()
         .await
-        .map_err(|e| Problem::unavailable(format!("cannot read the backlog: {e}")))
+        .map_err(Problem::from)
 }
 
 /// `GET /destinations` (admin).

@@ -9,8 +9,8 @@
 //! and not stored; the event type where the kind finds it, prefixed (422
 //! `invalid_event_type`); the delivery id, whose `{name}:{id}` is the idempotency
 //! key (422 `invalid_idempotency_key` when the sender gave none or it is over 255
-//! bytes). Then the event goes through [`intake::commit`], the one commit path of
-//! `POST /webhooks` too: 202 new, 200 a redelivery (its `received_count` grows), 422
+//! bytes). Then the event goes through [`Inbox::accept`](crate::inbox::Inbox::accept),
+//! the one path in of `POST /webhooks` too, answered alike ([`intake::answer`]): 202 new, 200 a redelivery (its `received_count` grows), 422
 //! `idempotency_key_reused` for a delivery id sent again with another body. The
 //! route sits behind the same backpressure layer as `POST /webhooks` (429 before
 //! the body is read, nothing stored).
@@ -23,13 +23,13 @@ use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, StatusCode};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
-use crate::api::intake::{self, Intake, MAX_NAME_BYTES, ParsedIntake};
+use crate::api::intake::{self, Intake};
 use crate::api::problem::Problem;
+use crate::inbox::{IdempotencyKey, Origin, Outcome, Payload, Submission};
 use crate::json;
 use crate::layers::idempotency;
-use crate::model::{Timestamp, hex};
+use crate::model::Timestamp;
 use crate::sources::identify;
 use crate::sources::live::{LiveSource, Reason, Refusal};
 use crate::sources::verify::{Incoming, Verifier};
@@ -113,17 +113,18 @@ pub async fn ingest(
         Ok(Identified::Challenge(challenge)) => {
             (StatusCode::OK, Json(json!({ "challenge": challenge }))).into_response()
         }
-        Ok(Identified::Event(parsed)) => {
-            let answer = intake::commit(&app, parsed, Some(source.source.name.clone())).await;
-            match answer {
-                Ok(res) if res.status() == StatusCode::ACCEPTED => {
-                    source.accepted();
-                    res
-                }
-                Ok(res) => {
-                    source.duplicate();
-                    res
-                }
+        Ok(Identified::Event(submission)) => {
+            let outcome = match app.inbox.accept(submission).await {
+                Ok(outcome) => outcome,
+                Err(e) => return Problem::from(e).into_response(),
+            };
+            match &outcome {
+                Outcome::Accepted(_) => source.accepted(),
+                Outcome::Duplicate(_) => source.duplicate(),
+                Outcome::KeyReused(_) | Outcome::Refused(_) => {}
+            }
+            match intake::answer(outcome) {
+                Ok(res) => res,
                 Err(problem) if problem.status == 422 => refuse(Reason::Other, problem, &body),
                 Err(problem) => problem.into_response(),
             }
@@ -136,7 +137,7 @@ enum Identified {
     /// Slack's `url_verification`: answer the challenge, store nothing.
     Challenge(Value),
     /// An event to commit.
-    Event(ParsedIntake),
+    Event(Submission),
 }
 
 /// The payload, the prefixed event type and the key of a verified request.
@@ -163,37 +164,23 @@ fn identify_event(
             s.kind
         ))
     })?;
-    let event_type = format!("{}{provider_type}", s.event_type_prefix);
-    intake::validate_event_type(&event_type)?;
-    let invalid_key = |detail: String| {
-        Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_idempotency_key").detail(detail)
-    };
+    let event_type = intake::checked_event_type(format!("{}{provider_type}", s.event_type_prefix))?;
     let delivery = s.delivery_id.read(headers, &payload, body).ok_or_else(|| {
-        invalid_key(format!(
+        intake::invalid_key(&format!(
             "no delivery id in {} (where a {} source finds it)",
             s.delivery_id.describe(),
             s.kind
         ))
     })?;
-    let key = s.key(&delivery);
-    if key.len() > MAX_NAME_BYTES {
-        return Err(invalid_key(format!(
-            "the idempotency key {{name}}:{{delivery id}} must be at most {MAX_NAME_BYTES} bytes"
-        )));
-    }
-    if key.contains('\0') {
-        return Err(invalid_key("the delivery id must not contain NUL".into()));
-    }
-    Ok(Identified::Event(parsed(key, event_type, payload)))
-}
-
-/// The event as intake commits it: the payload's canonical text and its hash.
-fn parsed(key: String, event_type: String, canonical: String) -> ParsedIntake {
-    let payload_sha256 = hex(&Sha256::digest(canonical.as_bytes()));
-    ParsedIntake {
-        key: Some(key),
+    let key = IdempotencyKey::new(s.key(&delivery)).map_err(|why| {
+        intake::invalid_key(&format!(
+            "{why} (the key is {{name}}:{{delivery id}}, the delivery id as the sender gave it)"
+        ))
+    })?;
+    Ok(Identified::Event(Submission {
         event_type,
-        canonical,
-        payload_sha256,
-    }
+        key: Some(key),
+        payload: Payload::new(payload),
+        origin: Origin::Source(s.name.clone()),
+    }))
 }

@@ -1,7 +1,7 @@
 //! `POST /webhooks`: validate, route, commit, enqueue, answer.
 //!
 //! Parsing happens once: the idempotency layer's store ([`EventsIdempotency`]) parses
-//! the body to learn the key and fingerprint and leaves the [`ParsedIntake`] in the
+//! the body to learn the key and fingerprint and leaves the [`Submission`] in the
 //! request's extensions for [`intake`]. A retry of a recently committed key is
 //! answered by that store from the store's recent keys, without reaching the
 //! database's writer (docs/architecture.md, "Idempotency keys"). The body goes straight to the payload's
@@ -28,26 +28,21 @@ use axum::body::Bytes;
 use axum::extract::{FromRef, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use sha2::{Digest, Sha256};
 use tower::BoxError;
-use uuid::Uuid;
 
 use crate::api::problem::{Problem, ProblemCode};
-use crate::inbox::Inbox;
+use crate::inbox::{
+    EventType, Fingerprint, IdempotencyKey, Inbox, Origin, Outcome, Payload, Refusal, Submission,
+};
 use crate::json;
 use crate::layers::idempotency::{
     self, Begin, BoxFuture, CachedResponse, IdempotencyStore, Identity,
 };
-use crate::model::{NewDelivery, NewEvent, Timestamp, hex};
-use crate::registry::event_type_error;
-use crate::registry::live::LiveRegistry;
+use crate::model::Timestamp;
 use crate::sources::live::Sources;
-use crate::state::{AppState, IntakeSettings, Lifecycle};
-use crate::store::{EventSummary, Inserted, Store};
+use crate::state::{AppState, IntakeSettings};
+use crate::store::{EventSummary, Store};
 use crate::telemetry::names;
-
-/// Longest event type and idempotency key, in bytes (the registry's rule).
-pub const MAX_NAME_BYTES: usize = crate::registry::MAX_NAME_BYTES;
 
 /// How long intake waits for a request's whole body before it answers 408
 /// `request_timeout`: [`idempotency::BODY_READ_TIMEOUT`] (30 s), or the milliseconds
@@ -61,33 +56,9 @@ pub fn body_read_timeout() -> Duration {
         .map_or(idempotency::BODY_READ_TIMEOUT, Duration::from_millis)
 }
 
-/// A validated intake request.
-#[derive(Debug, Clone)]
-pub struct ParsedIntake {
-    /// The caller's key (header first, then `X-Idempotency-Key`, then the body).
-    pub key: Option<String>,
-    /// Validated event type.
-    pub event_type: String,
-    /// The payload's canonical JSON text ([`crate::json`]: keys sorted, numbers as
-    /// sent), which is what is stored and delivered.
-    pub canonical: String,
-    /// Hex SHA-256 of `canonical`.
-    pub payload_sha256: String,
-}
-
-impl ParsedIntake {
-    fn fingerprint(&self) -> String {
-        fingerprint(&self.event_type, &self.payload_sha256)
-    }
-}
-
-fn fingerprint(event_type: &str, sha: &str) -> String {
-    format!("{event_type}\n{sha}")
-}
-
 /// Validates an intake request: content type, JSON shape, event type, key. The body
 /// is read once, straight into the payload's canonical text (no tree of values).
-pub fn parse(headers: &HeaderMap, body: &[u8], require_key: bool) -> Result<ParsedIntake, Problem> {
+pub fn parse(headers: &HeaderMap, body: &[u8], require_key: bool) -> Result<Submission, Problem> {
     check_content_type(headers)?;
     let not_json = |e: &dyn std::fmt::Display| {
         Problem::invalid_body(format!("the body is not valid JSON: {e}"))
@@ -111,7 +82,7 @@ pub fn parse(headers: &HeaderMap, body: &[u8], require_key: bool) -> Result<Pars
             json::string_value(&t)
                 .ok_or_else(|| Problem::invalid_body("event_type must be a string"))
         })?;
-    validate_event_type(&event_type)?;
+    let event_type = checked_event_type(event_type)?;
     let key = idempotency_key(headers, body_key.as_deref())?;
     if require_key && key.is_none() {
         return Err(
@@ -119,13 +90,11 @@ pub fn parse(headers: &HeaderMap, body: &[u8], require_key: bool) -> Result<Pars
                 .detail("an Idempotency-Key header is required (REQUIRE_IDEMPOTENCY_KEY)"),
         );
     }
-    let canonical = payload.unwrap_or_else(|| "null".to_owned());
-    let payload_sha256 = hex(&Sha256::digest(canonical.as_bytes()));
-    Ok(ParsedIntake {
-        key,
+    Ok(Submission {
         event_type,
-        canonical,
-        payload_sha256,
+        key,
+        payload: Payload::new(payload.unwrap_or_else(|| "null".to_owned())),
+        origin: Origin::Webhooks,
     })
 }
 
@@ -152,67 +121,39 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), Problem> {
 
 /// Refuses an event type that is empty, over 255 bytes or outside
 /// `[A-Za-z0-9._:/-]`: 422 `invalid_event_type`.
-pub(crate) fn validate_event_type(t: &str) -> Result<(), Problem> {
-    match event_type_error(t) {
-        Some(detail) => {
-            Err(Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_event_type").detail(detail))
-        }
-        None => Ok(()),
-    }
+pub(crate) fn checked_event_type(t: String) -> Result<EventType, Problem> {
+    EventType::new(t).map_err(|detail| {
+        Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_event_type").detail(detail)
+    })
 }
 
 /// The key from the headers, else from the body's `idempotency_key` (its canonical
 /// JSON text).
-fn idempotency_key(headers: &HeaderMap, body_key: Option<&str>) -> Result<Option<String>, Problem> {
-    let invalid = |detail: &str| {
-        Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_idempotency_key").detail(detail)
-    };
+fn idempotency_key(
+    headers: &HeaderMap,
+    body_key: Option<&str>,
+) -> Result<Option<IdempotencyKey>, Problem> {
     let from_header = headers
         .get("idempotency-key")
         .or_else(|| headers.get("x-idempotency-key"))
         .map(|v| {
             v.to_str()
                 .map(str::to_owned)
-                .map_err(|_| invalid("the idempotency key must be visible ASCII"))
+                .map_err(|_| invalid_key("the idempotency key must be visible ASCII"))
         })
         .transpose()?;
     let key = match (from_header, body_key) {
-        (Some(k), _) => Some(k),
-        (None, None | Some("null")) => None,
-        (None, Some(text)) => Some(
-            json::string_value(text)
-                .ok_or_else(|| Problem::invalid_body("idempotency_key must be a string"))?,
-        ),
+        (Some(k), _) => k,
+        (None, None | Some("null")) => return Ok(None),
+        (None, Some(text)) => json::string_value(text)
+            .ok_or_else(|| Problem::invalid_body("idempotency_key must be a string"))?,
     };
-    match key {
-        Some(k) if k.is_empty() => Err(invalid("the idempotency key must not be empty")),
-        Some(k) if k.len() > MAX_NAME_BYTES => {
-            Err(invalid("the idempotency key must be at most 255 bytes"))
-        }
-        // PostgreSQL refuses NUL in text: refused here, on both backends alike.
-        Some(k) if k.contains('\0') => Err(invalid("the idempotency key must not contain NUL")),
-        other => Ok(other),
-    }
+    IdempotencyKey::new(key).map(Some).map_err(invalid_key)
 }
 
-/// A delivery whose ordering value holds NUL (which PostgreSQL cannot store) is
-/// refused on both backends: 422 `invalid_ordering_value`.
-fn check_ordering_values(deliveries: &[NewDelivery]) -> Result<(), Problem> {
-    match deliveries.iter().find(|d| {
-        d.ordering_value
-            .as_deref()
-            .is_some_and(|v| v.contains('\0'))
-    }) {
-        None => Ok(()),
-        Some(d) => Err(
-            Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_ordering_value").detail(
-                format!(
-                    "the payload's ordering value for handler {:?} contains NUL",
-                    d.handler
-                ),
-            ),
-        ),
-    }
+/// 422 `invalid_idempotency_key`, saying why.
+pub(crate) fn invalid_key(detail: &str) -> Problem {
+    Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_idempotency_key").detail(detail)
 }
 
 /// The idempotency store of intake: the events table, with the store's recent keys
@@ -236,10 +177,12 @@ impl EventsIdempotency {
     /// The answer to a retry of a recently committed key, or `None` when the table
     /// must answer.
     async fn known(&self, parts: &http::request::Parts, key: &str, asked: &str) -> Option<Begin> {
-        let parsed = parts.extensions.get::<ParsedIntake>()?;
+        let parsed = parts.extensions.get::<Submission>()?;
         let stored = self.store.recent_key(key)?;
-        admit(&self.intake, parsed, None).ok()?;
-        if fingerprint(&stored.event_type, &stored.payload_sha256) != asked {
+        if self.intake.inbox.refusal(parsed).is_some() {
+            return None; // the handler answers it
+        }
+        if Fingerprint::of_event(&stored).as_str() != asked {
             metrics::counter!(names::IDEMPOTENCY_CACHE_HITS).increment(1);
             return Some(Begin::Mismatch);
         }
@@ -272,8 +215,8 @@ impl IdempotencyStore for EventsIdempotency {
             Ok(parsed) => {
                 let identity = match &parsed.key {
                     Some(key) => Identity::Keyed {
-                        key: key.clone(),
-                        fingerprint: parsed.fingerprint(),
+                        key: key.as_str().to_owned(),
+                        fingerprint: parsed.fingerprint().as_str().to_owned(),
                     },
                     None => Identity::Anonymous,
                 };
@@ -316,17 +259,34 @@ fn accepted(status: StatusCode, event: &EventSummary) -> Response {
     res
 }
 
-/// The answer to a key that was already taken: the stored event (200) when the
-/// request asked for the same thing, else 422.
-fn duplicate(stored: &EventSummary, asked: &str) -> Result<Response, Problem> {
-    if fingerprint(&stored.event_type, &stored.payload_sha256) != asked {
-        return Err(idempotency::reused().into());
+/// The answer to an outcome of [`Inbox::accept`]: 202 new (with `Location`), 200
+/// the event that holds the key (`Idempotent-Replayed: true`), 422 the key with
+/// another type or payload, or the refusal's problem.
+pub(crate) fn answer(outcome: Outcome) -> Result<Response, Problem> {
+    match outcome {
+        Outcome::Accepted(event) => Ok(accepted(StatusCode::ACCEPTED, &event)),
+        Outcome::Duplicate(event) => {
+            metrics::counter!(names::EVENTS_DUPLICATE).increment(1);
+            let mut res = accepted(StatusCode::OK, &event);
+            res.headers_mut()
+                .insert("idempotent-replayed", HeaderValue::from_static("true"));
+            Ok(res)
+        }
+        Outcome::KeyReused(_) => Err(idempotency::reused().into()),
+        Outcome::Refused(refusal) => Err(refused(&refusal)),
     }
-    metrics::counter!(names::EVENTS_DUPLICATE).increment(1);
-    let mut res = accepted(StatusCode::OK, stored);
-    res.headers_mut()
-        .insert("idempotent-replayed", HeaderValue::from_static("true"));
-    Ok(res)
+}
+
+/// The problem a refusal answers with.
+fn refused(refusal: &Refusal) -> Problem {
+    let detail = refusal.to_string();
+    match refusal {
+        Refusal::Draining => Problem::unavailable(detail),
+        Refusal::KeyOfSource { .. } => invalid_key(&detail),
+        Refusal::OrderingValueNul { .. } => {
+            Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_ordering_value").detail(detail)
+        }
+    }
 }
 
 /// Counts refused intake requests in `hookbox_events_rejected_total{reason}` by their
@@ -342,14 +302,10 @@ pub async fn count_rejections(res: Response) -> Response {
 /// app's state: a [`FromRef`] sub-state of [`AppState`].
 #[derive(Clone)]
 pub struct Intake {
-    /// Commits the event and hands it to processing.
+    /// Admits, commits and hands the event to processing.
     pub inbox: Inbox,
-    /// Routes the event to its handlers.
-    pub registry: Arc<LiveRegistry>,
-    /// The push sources (and the idempotency keys they own).
+    /// The push sources (`POST /ingest/{name}`).
     pub sources: Arc<Sources>,
-    /// Intake answers 503 once shutdown has begun.
-    pub lifecycle: Arc<Lifecycle>,
     /// `REQUIRE_IDEMPOTENCY_KEY` and `MAX_BODY_BYTES`.
     pub settings: IntakeSettings,
 }
@@ -358,9 +314,7 @@ impl FromRef<AppState> for Intake {
     fn from_ref(app: &AppState) -> Self {
         Self {
             inbox: app.inbox.clone(),
-            registry: app.registry.clone(),
             sources: app.sources.clone(),
-            lifecycle: app.lifecycle.clone(),
             settings: IntakeSettings::from_ref(app),
         }
     }
@@ -383,7 +337,7 @@ pub struct IntakeBody {
 /// The intake handler (behind the backpressure and idempotency layers): parses,
 /// then [`commit`]s.
 ///
-/// It takes the [`ParsedIntake`] the idempotency layer left in the request's
+/// It takes the [`Submission`] the idempotency layer left in the request's
 /// extensions (moved out, not copied); without that layer in front it reads and
 /// parses the body itself.
 #[utoipa::path(
@@ -413,7 +367,7 @@ pub async fn intake(
     request: axum::extract::Request,
 ) -> Result<Response, Problem> {
     let (mut parts, body) = request.into_parts();
-    let parsed = match parts.extensions.remove::<ParsedIntake>() {
+    let parsed = match parts.extensions.remove::<Submission>() {
         Some(p) => {
             drop(body); // the raw bytes are not needed any more
             p
@@ -429,89 +383,13 @@ pub async fn intake(
             parse(&parts.headers, &body, app.settings.require_idempotency_key)?
         }
     };
-    commit(&app, parsed, None).await
+    commit(&app, parsed).await
 }
 
-/// What [`commit`] checks before the table: not shutting down, a `POST /webhooks`
-/// key outside the sources' namespaces, ordering values without NUL. Returns the
-/// event's deliveries and the version of the subscribers they were routed with.
-fn admit(
-    app: &Intake,
-    parsed: &ParsedIntake,
-    source: Option<&str>,
-) -> Result<(Vec<NewDelivery>, u64), Problem> {
-    if app.lifecycle.is_draining() {
-        return Err(Problem::unavailable(
-            "shutting down; retry on another instance",
-        ));
-    }
-    if source.is_none() {
-        if let Some(owner) = parsed
-            .key
-            .as_deref()
-            .and_then(|k| app.sources.owner_of_key(k))
-        {
-            return Err(
-                Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_idempotency_key").detail(
-                    format!(
-                        "keys starting {:?} belong to the source {:?} (POST {})",
-                        format!("{}:", owner.source.name),
-                        owner.source.name,
-                        owner.source.path()
-                    ),
-                ),
-            );
-        }
-    }
-    let (registry, routing_version) = app.registry.versioned();
-    let deliveries = registry.deliveries(&parsed.event_type, &parsed.canonical);
-    check_ordering_values(&deliveries)?;
-    Ok((deliveries, routing_version))
-}
-
-/// Commits a validated event and answers for it: 202 new, 200 a retry of the event
-/// holding its key (whose `received_count` the same commit raised), 422 that key
-/// with another type or payload. The one commit path of both intake routes:
-/// `POST /webhooks` (`source` = `None`) and `POST /ingest/{name}` (the source's
-/// name). A `POST /webhooks` key inside a source's namespace (`{name}:…`) is
-/// refused: 422 `invalid_idempotency_key`.
-pub async fn commit(
-    app: &Intake,
-    parsed: ParsedIntake,
-    source: Option<String>,
-) -> Result<Response, Problem> {
-    let (deliveries, routing_version) = admit(app, &parsed, source.as_deref())?;
-    let id = Uuid::now_v7();
-    let asked = parsed.fingerprint();
-    let event = NewEvent {
-        id,
-        idempotency_key: parsed.key.unwrap_or_else(|| id.to_string()),
-        event_type: parsed.event_type,
-        payload: parsed.canonical,
-        payload_sha256: parsed.payload_sha256,
-        created_at: Timestamp::now(),
-        source,
-        deliveries,
-        routing_version,
-        claim_lease: None,
-    };
-    // The commit and the hand-off to processing run on even if the client hangs up.
-    let stored = match app.inbox.accept(event).await {
-        Ok(Inserted {
-            event,
-            created: true,
-        }) => event,
-        Ok(Inserted {
-            event,
-            created: false,
-        }) => return duplicate(&event, &asked),
-        Err(e) => {
-            return Err(Problem::unavailable(format!(
-                "the event was not stored: {e}"
-            )));
-        }
-    };
-    Ok(accepted(StatusCode::ACCEPTED, &stored))
+/// Commits a validated event through [`Inbox::accept`] and [`answer`]s for it.
+pub async fn commit(app: &Intake, submission: Submission) -> Result<Response, Problem> {
+    let outcome = app.inbox.accept(submission).await?;
+    answer(outcome)
 }
 
 #[cfg(test)]
@@ -527,7 +405,7 @@ mod tests {
         h
     }
 
-    fn code(r: Result<ParsedIntake, Problem>) -> &'static str {
+    fn code(r: Result<Submission, Problem>) -> &'static str {
         r.expect_err("should be rejected").code
     }
 
@@ -582,15 +460,15 @@ mod tests {
             false,
         )
         .expect("valid");
-        assert_eq!(p.key.as_deref(), Some("hdr"));
-        assert_eq!(p.canonical, r#"{"a":2,"b":1}"#);
+        assert_eq!(p.key.as_ref().map(IdempotencyKey::as_str), Some("hdr"));
+        assert_eq!(p.payload.text(), r#"{"a":2,"b":1}"#);
         let q = parse(
             &h,
             br#"{"payload":{"a":2, "b":1},"event_type":"a.b"}"#,
             false,
         )
         .expect("valid");
-        assert_eq!(p.payload_sha256, q.payload_sha256);
+        assert_eq!(p.fingerprint(), q.fingerprint());
     }
 
     #[test]

@@ -41,6 +41,8 @@ pub struct Problem {
 /// without parsing the body; the layers' own rejections carry the same marker.
 pub use hookbox_layers::rejection::ProblemCode;
 use hookbox_layers::rejection::Rejection;
+use crate::inbox::InboxError;
+use crate::store::StoreError;
 
 impl Problem {
     /// A problem with the status's reason phrase as title and detail.
@@ -90,6 +92,26 @@ impl Problem {
         tracing::error!(error = %cause, "internal error");
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal")
             .detail("internal error; see the server log")
+    }
+}
+
+/// A store's failure as a 503 `unavailable`: the database's text goes to the log,
+/// never to the caller (it may name tables, columns or the server's address).
+impl From<StoreError> for Problem {
+    fn from(e: StoreError) -> Self {
+        tracing::warn!(error = %e, "the store failed; answering 503");
+        Self::unavailable("the database is unavailable; retry")
+    }
+}
+
+/// The inbox's failure: the store's as [`From<StoreError>`]; anything else (the
+/// routing table could not be rebuilt, the commit task ended abnormally) as 500.
+impl From<InboxError> for Problem {
+    fn from(e: InboxError) -> Self {
+        match e {
+            InboxError::Store(e) => e.into(),
+            other => Self::internal(&other),
+        }
     }
 }
 

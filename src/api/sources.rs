@@ -41,7 +41,7 @@ pub async fn list(State(sources): State<Arc<Sources>>) -> Result<Json<Items<Sour
         Some(store) if sources.pull().next().is_some() => store
             .cursors()
             .await
-            .map_err(|e| Problem::unavailable(format!("cannot read the cursors: {e}")))?,
+            .map_err(Problem::from)?,
         _ => Default::default(),
     };
     Ok(Json(Items {
@@ -126,7 +126,7 @@ pub async fn reset(
     let row = store
         .reset_cursor(&name, cursor)
         .await
-        .map_err(|e| Problem::unavailable(format!("the cursor was not moved: {e}")))?;
+        .map_err(Problem::from)?;
     tracing::info!(source = %name, cursor = ?row.cursor, "pull source cursor reset");
     status.reset.notify_one();
     Ok(Json(source.view_with(Some(&row))))

@@ -53,7 +53,7 @@ pub async fn by_id(
     match store.event(id).await {
         Ok(Some(event)) => Ok(Json(event).into_response()),
         Ok(None) => Err(Problem::not_found("event")),
-        Err(e) => Err(Problem::unavailable(e.to_string())),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -82,10 +82,9 @@ pub async fn attempts(
     Path(id): Path<String>,
 ) -> Result<Response, Problem> {
     let id = parse_id(&id)?;
-    let unavailable = |e: crate::store::StoreError| Problem::unavailable(e.to_string());
-    let items = store.list_attempts(id).await.map_err(unavailable)?;
+    let items = store.list_attempts(id).await?;
     // No attempts: an event not tried yet, or no event at all.
-    if items.is_empty() && store.event(id).await.map_err(unavailable)?.is_none() {
+    if items.is_empty() && store.event(id).await?.is_none() {
         return Err(Problem::not_found("event"));
     }
     Ok(Json(Attempts { items }).into_response())
@@ -134,7 +133,7 @@ pub async fn lookup_or_list(
         return match store.event_by_key(key).await {
             Ok(Some(event)) => Ok(Json(Lookup::Event(event)).into_response()),
             Ok(None) => Err(Problem::not_found("event")),
-            Err(e) => Err(Problem::unavailable(e.to_string())),
+            Err(e) => Err(e.into()),
         };
     }
     auth::require_admin(&admin, &headers)?;
@@ -142,7 +141,7 @@ pub async fn lookup_or_list(
     let page = store
         .list_events(&query)
         .await
-        .map_err(|e| Problem::unavailable(e.to_string()))?;
+        ?;
     Ok(Json(Lookup::Page(page)).into_response())
 }
 

@@ -15,7 +15,7 @@ use http::StatusCode;
 use serde::Deserialize;
 
 use crate::api::problem::Problem;
-use crate::inbox::{Inbox, InboxError};
+use crate::inbox::Inbox;
 use crate::model::{Subscriber, Timestamp};
 use crate::registry::kinds::http::display_url;
 use crate::registry::live::{LiveRegistry, SubscriberError};
@@ -170,20 +170,13 @@ fn taken(name: &str) -> Problem {
         .detail(format!("a handler or subscriber is already named {name:?}"))
 }
 
-fn unavailable(e: impl std::fmt::Display) -> Problem {
-    Problem::unavailable(e.to_string())
-}
-
 /// Runs a change to the stored subscribers through the inbox, which reloads the
 /// routing table after the commit even if the client hangs up.
 async fn change<F>(inbox: &Inbox, write: impl FnOnce(Arc<dyn Store>) -> F) -> Result<bool, Problem>
 where
     F: Future<Output = Result<bool, StoreError>> + Send + 'static,
 {
-    inbox.change_subscribers(write).await.map_err(|e| match e {
-        InboxError::Store(e) => unavailable(e),
-        other => Problem::internal(&other),
-    })
+    inbox.change_subscribers(write).await.map_err(Problem::from)
 }
 
 /// `POST /subscribers` → 201.
@@ -249,13 +242,13 @@ pub async fn create(
     responses((status = 200, description = "Every subscriber", body = Subscribers))
 )]
 pub async fn list(State(store): State<Arc<dyn Store>>) -> Result<Response, Problem> {
-    let all = store.subscribers().await.map_err(unavailable)?;
+    let all = store.subscribers().await?;
     let items: Vec<_> = all.iter().map(view).collect();
     Ok(Json(Subscribers { items }).into_response())
 }
 
 async fn find(store: &dyn Store, name: &str) -> Result<Subscriber, Problem> {
-    let all = store.subscribers().await.map_err(unavailable)?;
+    let all = store.subscribers().await?;
     all.into_iter()
         .find(|s| s.name == name)
         .ok_or_else(|| Problem::not_found("subscriber"))

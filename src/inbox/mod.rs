@@ -42,10 +42,41 @@ use crate::processing::queue::Queue;
 use crate::processing::window::Window;
 use crate::processing::worker::Feeder;
 use crate::registry::live::LiveRegistry;
-use crate::store::pull::PullBatch;
+use crate::store::pull::{PullBatch, PulledEvent};
 use crate::store::{
     ClaimStore, DueStore, Inserted, PendingDelivery, ReplayFilter, Store, StoreError,
 };
+
+mod admission;
+
+pub use admission::{
+    EventType, Fingerprint, IdempotencyKey, OPERATOR_SOURCE, Origin, Outcome, Payload, Refusal,
+    Submission,
+};
+use admission::Rules;
+
+/// A pull source's fetched items and the cursor after them, for
+/// [`Inbox::accept_pulled`].
+pub(crate) struct Pulled {
+    /// The source's name.
+    pub(crate) source: String,
+    /// The items, in the order fetched.
+    pub(crate) items: Vec<PulledItem>,
+    /// The JSON text of the cursor after them.
+    pub(crate) cursor: Option<String>,
+    /// The cursor version they were fetched from.
+    pub(crate) version: i64,
+}
+
+/// One fetched item: the submission and what the source says of it besides.
+pub(crate) struct PulledItem {
+    /// The event ([`Origin::Source`]).
+    pub(crate) submission: Submission,
+    /// The source's own sequence number, when it gives one.
+    pub(crate) sequence: Option<i64>,
+    /// The source's own timestamp, when it gives one.
+    pub(crate) emitted_at: Option<crate::model::Timestamp>,
+}
 
 /// Why committing through the inbox failed.
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +111,8 @@ struct Parts {
     window: Option<Arc<Window>>,
     /// Every destination's lane (what the workers may start; operators' pauses).
     lanes: Arc<Lanes>,
+    /// The sources' key namespaces and shutdown.
+    rules: Rules,
 }
 
 /// How this instance's workers get their work: the other half of [`new_pair`].
@@ -99,6 +132,14 @@ pub(crate) enum Feed {
     Claims(Arc<dyn ClaimStore>),
 }
 
+/// What admission needs to know besides the routing table.
+pub(crate) struct Admission {
+    /// The sources' names: `POST /webhooks` may not use keys in their namespaces.
+    pub(crate) sources: Vec<String>,
+    /// Pushed events are refused once shutdown has begun.
+    pub(crate) lifecycle: Arc<crate::lifecycle::Lifecycle>,
+}
+
 /// Builds the inbox and the processing it hands work to, for the database opened:
 /// the one place that chooses between one instance on SQLite and several sharing
 /// PostgreSQL.
@@ -107,6 +148,7 @@ pub(crate) fn new_pair(
     store: Arc<dyn Store>,
     feed: Feed,
     registry: Arc<LiveRegistry>,
+    admission: Admission,
 ) -> (Inbox, Processing) {
     // SQLite lets go what a lane cannot keep (the window reads it again); a
     // PostgreSQL claim is held until it runs, so lanes park all they are given.
@@ -147,6 +189,10 @@ pub(crate) fn new_pair(
         load,
         window,
         lanes,
+        rules: Rules {
+            namespaces: admission.sources.into_iter().collect(),
+            lifecycle: admission.lifecycle,
+        },
     }));
     (inbox, processing)
 }
@@ -356,13 +402,23 @@ impl Inbox {
         true
     }
 
-    /// Commits a new event with its deliveries and hands its jobs to processing, or
-    /// returns the event that already holds its key (nothing is queued then).
+    /// Admits a submission: refuses what the rules forbid ([`Refusal`]), routes it,
+    /// commits it with its deliveries and hands their jobs to processing; or finds
+    /// the event that already holds its key ([`Outcome::Duplicate`] for the same
+    /// type and payload, whose `received_count` the commit raised, else
+    /// [`Outcome::KeyReused`]; nothing is queued then).
     ///
     /// When the subscribers changed since the event was routed (another instance
     /// changed them, PostgreSQL), the commit is refused: the routing table is
-    /// reloaded, the event routed again and committed with the new deliveries.
-    pub async fn accept(&self, mut event: NewEvent) -> Result<Inserted, InboxError> {
+    /// reloaded, the event routed again and committed with the new deliveries. The
+    /// commit and the hand-off run on if the caller is dropped (a client that hung
+    /// up).
+    pub async fn accept(&self, submission: Submission) -> Result<Outcome, InboxError> {
+        let (mut event, origin) = match self.0.rules.admit(&self.0.registry, submission) {
+            Ok(admitted) => admitted,
+            Err(refusal) => return Ok(Outcome::Refused(refusal)),
+        };
+        let asked = Fingerprint::of(&event.event_type, &event.payload_sha256);
         let mut place = Place::take(self, &event);
         let inbox = self.clone();
         detached(async move {
@@ -379,7 +435,7 @@ impl Inbox {
                             inbox.0.dispatch.submit(jobs);
                             inbox.count_received(&inserted.event.event_type, unrouted);
                         }
-                        return Ok(inserted);
+                        return Ok(admission::outcome(inserted, &asked));
                     }
                     Err(StoreError::StaleRouting) if attempts < MAX_REROUTES => {
                         attempts += 1;
@@ -388,9 +444,18 @@ impl Inbox {
                         if inbox.0.registry.versioned().1 == event.routing_version {
                             inbox.reload_routing().await?;
                         }
-                        let (registry, version) = inbox.0.registry.versioned();
-                        event.deliveries = registry.deliveries(&event.event_type, &event.payload);
-                        event.routing_version = version;
+                        match admission::route(
+                            &inbox.0.registry,
+                            &event.event_type,
+                            &event.payload,
+                            &origin,
+                        ) {
+                            Ok((deliveries, version)) => {
+                                event.deliveries = deliveries;
+                                event.routing_version = version;
+                            }
+                            Err(refusal) => return Ok(Outcome::Refused(refusal)),
+                        }
                         place = Place::take(&inbox, &event);
                     }
                     Err(e) => return Err(e.into()),
@@ -400,48 +465,78 @@ impl Inbox {
         .await
     }
 
-    /// Commits a pull source's batch through `commit` (its events and its cursor in
-    /// one transaction, [`crate::store::pull`]) and hands the new events' jobs to
-    /// processing, as [`Inbox::accept`] does for one event. One result per event, in
-    /// order; `None` when the commit was refused because the cursor moved (nothing
-    /// stored). The caller is the adapter's own task, which is never cancelled
-    /// mid-commit, so this runs in it.
+    /// What [`Inbox::accept`] would refuse `submission` for, without committing it
+    /// (intake's answer to a recently seen key checks this first).
+    pub(crate) fn refusal(&self, submission: &Submission) -> Option<Refusal> {
+        self.0.rules.refusal(&self.0.registry, submission)
+    }
+
+    /// Admits a pull source's fetched items as [`Inbox::accept`] does, and commits
+    /// those admitted through `commit` (their events and the cursor after them in
+    /// one transaction, [`crate::store::pull`]) before handing their jobs to
+    /// processing. One outcome per item, in order; `None` when the commit was
+    /// refused because the cursor moved (nothing stored). The caller is the
+    /// adapter's own task, which is never cancelled mid-commit, so this runs in it.
     pub(crate) async fn accept_pulled<F, Fut>(
         &self,
-        batch: PullBatch,
+        pulled: Pulled,
         commit: F,
-    ) -> Result<Option<Vec<Inserted>>, StoreError>
+    ) -> Result<Option<Vec<Outcome>>, StoreError>
     where
         F: FnOnce(PullBatch) -> Fut,
         Fut: Future<Output = Result<Option<Vec<Inserted>>, StoreError>>,
     {
-        let prepared: Vec<(Place, Vec<Job>, bool)> = batch
-            .events
-            .iter()
-            .map(|p| {
-                let e = &p.event;
-                (
-                    Place::take(self, e),
-                    Job::for_new_event(e),
-                    e.deliveries.is_empty(),
-                )
-            })
-            .collect();
+        let mut outcomes: Vec<Option<Outcome>> = Vec::with_capacity(pulled.items.len());
+        let mut prepared = Vec::new();
+        let mut events = Vec::new();
+        for item in pulled.items {
+            match self.0.rules.admit(&self.0.registry, item.submission) {
+                Err(refusal) => outcomes.push(Some(Outcome::Refused(refusal))),
+                Ok((event, _)) => {
+                    outcomes.push(None);
+                    prepared.push((
+                        Place::take(self, &event),
+                        Job::for_new_event(&event),
+                        event.deliveries.is_empty(),
+                        Fingerprint::of(&event.event_type, &event.payload_sha256),
+                    ));
+                    events.push(PulledEvent {
+                        event,
+                        sequence: item.sequence,
+                        emitted_at: item.emitted_at,
+                    });
+                }
+            }
+        }
+        let batch = PullBatch {
+            source: pulled.source,
+            events,
+            cursor: pulled.cursor,
+            version: pulled.version,
+        };
         let Some(results) = commit(batch).await? else {
             return Ok(None);
         };
         let mut due = Vec::new();
-        for ((place, jobs, unrouted), inserted) in prepared.into_iter().zip(&results) {
+        let mut committed = Vec::with_capacity(results.len());
+        for ((place, jobs, unrouted, asked), inserted) in prepared.into_iter().zip(results) {
             if inserted.created {
                 place.keep();
                 due.extend(jobs);
                 self.count_received(&inserted.event.event_type, unrouted);
             }
+            committed.push(admission::outcome(inserted, &asked));
         }
         if !due.is_empty() {
             self.0.dispatch.submit(due);
         }
-        Ok(Some(results))
+        let mut committed = committed.into_iter();
+        Ok(Some(
+            outcomes
+                .into_iter()
+                .filter_map(|o| o.or_else(|| committed.next()))
+                .collect(),
+        ))
     }
 
     /// Rebuilds the routing table from the stored subscribers (one reload at a

@@ -5,22 +5,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
-use uuid::Uuid;
 
 use super::backoff::Backoff;
 use super::item::{self, Item, Refused};
 use super::spec::{PullSpec, Transport};
 use super::status::{PullStatus, State};
-use crate::inbox::Inbox;
+use crate::inbox::{Inbox, Origin, Outcome, Pulled, PulledItem, Refusal, Submission};
 use crate::layers::backpressure::LoadSignal;
-use crate::model::{NewEvent, Timestamp, hex};
-use crate::registry::live::LiveRegistry;
 use crate::sources::live::LiveSource;
-use crate::store::pull::{PullBatch, PullStore, PulledEvent, SourceLease};
-use crate::store::{Inserted, StoreError};
+use crate::store::StoreError;
+use crate::store::pull::{PullStore, SourceLease};
 
 /// How often a standby instance tries to take a source over.
 pub(super) const LEASE_RETRY: Duration = Duration::from_secs(1);
@@ -32,7 +28,6 @@ pub(super) struct Adapter {
     pub(super) live: Arc<LiveSource>,
     pub(super) spec: Arc<PullSpec>,
     pub(super) inbox: Inbox,
-    pub(super) registry: Arc<LiveRegistry>,
     pub(super) load: Arc<dyn LoadSignal>,
     pub(super) store: Arc<dyn PullStore>,
     pub(super) client: reqwest::Client,
@@ -228,69 +223,39 @@ impl Adapter {
                 Err(refused) => refused.cursor.clone(),
             })
             .or_else(|| session.cursor.clone());
-        let mut events = Vec::with_capacity(fetched.len());
+        let mut items = Vec::with_capacity(fetched.len());
+        let mut texts = Vec::with_capacity(fetched.len());
         let mut refused = Vec::new();
         let mut last_emitted = None;
-        // Pull batches commit on their own connection without intake's version
-        // check; the version is kept for the model's sake.
-        let (registry, routing_version) = self.registry.versioned();
-        let created_at = Timestamp::now();
         for f in fetched {
             match f.item {
                 Ok(item) => {
-                    let deliveries = registry.deliveries(&item.event_type, &item.payload);
-                    if let Some(d) = deliveries.iter().find(|d| {
-                        d.ordering_value
-                            .as_deref()
-                            .is_some_and(|v| v.contains('\0'))
-                    }) {
-                        let detail = format!(
-                            "the ordering value for handler {:?} contains NUL",
-                            d.handler
-                        );
-                        refused.push(("invalid_ordering_value", detail, f.text));
-                        continue;
-                    }
                     last_emitted = item.emitted_at.or(last_emitted);
-                    let payload_sha256 = hex(&Sha256::digest(item.payload.as_bytes()));
-                    events.push((
-                        PulledEvent {
-                            event: NewEvent {
-                                id: Uuid::now_v7(),
-                                idempotency_key: item.key,
-                                event_type: item.event_type,
-                                payload: item.payload,
-                                payload_sha256,
-                                created_at,
-                                source: Some(self.name().to_owned()),
-                                deliveries,
-                                routing_version,
-                                claim_lease: None,
-                            },
-                            sequence: item.sequence,
-                            emitted_at: item.emitted_at,
+                    items.push(PulledItem {
+                        submission: Submission {
+                            event_type: item.event_type,
+                            key: Some(item.key),
+                            payload: item.payload,
+                            origin: Origin::Source(self.name().to_owned()),
                         },
-                        f.text,
-                    ));
+                        sequence: item.sequence,
+                        emitted_at: item.emitted_at,
+                    });
+                    texts.push(f.text);
                 }
                 Err(r) => refused.push((r.code, r.detail, f.text)),
             }
         }
-        let (events, texts): (Vec<PulledEvent>, Vec<String>) = events.into_iter().unzip();
-        let asked: Vec<(String, String)> = events
-            .iter()
-            .map(|p| (p.event.event_type.clone(), p.event.payload_sha256.clone()))
-            .collect();
-        let batch = PullBatch {
+        let pulled = Pulled {
             source: self.name().to_owned(),
-            events,
+            items,
             cursor: cursor.clone(),
             version: session.version,
         };
         let lease = &mut session.lease;
         let results = self
             .inbox
-            .accept_pulled(batch, |batch| lease.commit(batch))
+            .accept_pulled(pulled, |batch| lease.commit(batch))
             .await?;
         let Some(results) = results else {
             info!(source = %self.name(), "the cursor was reset meanwhile; reloading it");
@@ -299,7 +264,7 @@ impl Adapter {
         };
         session.cursor = cursor;
         session.version += 1;
-        self.count(&results, &asked, texts, refused);
+        self.count(results, texts, refused);
         self.status().committed(last_emitted);
         Ok(Committed::Done)
     }
@@ -307,24 +272,30 @@ impl Adapter {
     /// Counts a committed batch's items in the source's counters and metrics.
     fn count(
         &self,
-        results: &[Inserted],
-        asked: &[(String, String)],
+        outcomes: Vec<Outcome>,
         texts: Vec<String>,
         refused: Vec<(&'static str, String, String)>,
     ) {
-        for ((result, (event_type, sha)), text) in results.iter().zip(asked).zip(texts) {
-            if result.created {
-                self.live.accepted();
-            } else if result.event.event_type == *event_type && result.event.payload_sha256 == *sha
-            {
-                self.live.duplicate();
-            } else {
-                let detail = format!(
-                    "the id {:?} was stored before with another body",
-                    result.event.idempotency_key
-                );
-                self.live
-                    .refused_item("idempotency_key_reused", detail, &text);
+        for (outcome, text) in outcomes.into_iter().zip(texts) {
+            match outcome {
+                Outcome::Accepted(_) => self.live.accepted(),
+                Outcome::Duplicate(_) => self.live.duplicate(),
+                Outcome::KeyReused(event) => {
+                    let detail = format!(
+                        "the id {:?} was stored before with another body",
+                        event.idempotency_key
+                    );
+                    self.live
+                        .refused_item("idempotency_key_reused", detail, &text);
+                }
+                Outcome::Refused(refusal) => {
+                    let code = match refusal {
+                        Refusal::OrderingValueNul { .. } => "invalid_ordering_value",
+                        Refusal::KeyOfSource { .. } => "invalid_idempotency_key",
+                        Refusal::Draining => "unavailable",
+                    };
+                    self.live.refused_item(code, refusal.to_string(), &text);
+                }
             }
         }
         for (code, detail, text) in refused {

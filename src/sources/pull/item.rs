@@ -11,13 +11,14 @@
 //!
 //! let fields = Fields::default();
 //! let item = read(&fields, "ledger", "ledger.", r#"{"id": 7, "type": "entry.posted"}"#).unwrap();
-//! assert_eq!(item.key, "ledger:7");
-//! assert_eq!(item.event_type, "ledger.entry.posted");
+//! assert_eq!(item.key.as_str(), "ledger:7");
+//! assert_eq!(item.event_type.as_str(), "ledger.entry.posted");
 //! assert_eq!(item.cursor.as_deref(), Some("7"));
 //! ```
 
 use chrono::DateTime;
 
+use crate::inbox::{EventType, IdempotencyKey, Payload};
 use crate::json;
 use crate::model::Timestamp;
 
@@ -54,11 +55,11 @@ impl Default for Fields {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Item {
     /// `{name}:{id}`.
-    pub key: String,
+    pub key: IdempotencyKey,
     /// Prefix + the item's type.
-    pub event_type: String,
+    pub event_type: EventType,
     /// The item's canonical JSON text.
-    pub payload: String,
+    pub payload: Payload,
     /// The JSON text of its cursor value, if it has one.
     pub cursor: Option<String>,
     /// The source's sequence number, if given and an integer.
@@ -101,16 +102,12 @@ pub fn read(fields: &Fields, name: &str, prefix: &str, text: &str) -> Result<Ite
             format!("no id (a string or number) at {}", fields.id),
         )
     })?;
-    let key = format!("{name}:{id}");
-    if key.len() > crate::registry::MAX_NAME_BYTES || key.contains('\0') {
-        return Err(refuse(
+    let key = IdempotencyKey::new(format!("{name}:{id}")).map_err(|why| {
+        refuse(
             "invalid_idempotency_key",
-            format!(
-                "the key {{name}}:{{id}} must be at most {} bytes, without NUL",
-                crate::registry::MAX_NAME_BYTES
-            ),
-        ));
-    }
+            format!("{why} (the key is {{name}}:{{id}})"),
+        )
+    })?;
     let provider_type = scalar(&payload, &fields.event_type).ok_or_else(|| {
         refuse(
             "invalid_event_type",
@@ -118,12 +115,12 @@ pub fn read(fields: &Fields, name: &str, prefix: &str, text: &str) -> Result<Ite
         )
     })?;
     let event_type = format!("{prefix}{provider_type}");
-    if let Some(why) = crate::registry::event_type_error(&event_type) {
-        return Err(refuse(
+    let event_type = EventType::new(event_type.clone()).map_err(|why| {
+        refuse(
             "invalid_event_type",
             format!("event type {event_type:?}: {why}"),
-        ));
-    }
+        )
+    })?;
     let sequence = fields
         .sequence
         .as_deref()
@@ -137,7 +134,7 @@ pub fn read(fields: &Fields, name: &str, prefix: &str, text: &str) -> Result<Ite
     Ok(Item {
         key,
         event_type,
-        payload,
+        payload: Payload::new(payload),
         cursor,
         sequence,
         emitted_at,
@@ -221,15 +218,19 @@ mod tests {
             r#"{"id": "a1", "kind": "x.y", "pos": {"p": 1}, "seq": 12, "at": "2026-11-25T10:00:00Z", "n": 1.50}"#,
         )
         .expect("an event");
-        assert_eq!(item.key, "s:a1");
-        assert_eq!(item.event_type, "s.x.y");
+        assert_eq!(item.key.as_str(), "s:a1");
+        assert_eq!(item.event_type.as_str(), "s.x.y");
         assert_eq!(item.cursor.as_deref(), Some(r#"{"p":1}"#));
         assert_eq!(item.sequence, Some(12));
         assert_eq!(
             item.emitted_at.map(|t| t.to_rfc3339()).as_deref(),
             Some("2026-11-25T10:00:00.000Z")
         );
-        assert!(item.payload.contains("\"n\":1.50"), "{}", item.payload);
+        assert!(
+            item.payload.text().contains("\"n\":1.50"),
+            "{}",
+            item.payload.text()
+        );
     }
 
     #[test]

@@ -34,7 +34,6 @@ pub mod spec;
 pub mod status;
 mod websocket;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::JoinSet;
@@ -44,7 +43,6 @@ use tracing::warn;
 pub use spec::{PullSpec, Transport};
 
 use crate::inbox::Inbox;
-use crate::registry::live::LiveRegistry;
 use crate::sources::live::Sources;
 
 /// How long one request to a polled API (or a WebSocket handshake) may take.
@@ -58,7 +56,7 @@ pub(crate) struct Adapters {
 
 /// Starts one adapter per pull source (none when there are none, or when the
 /// sources have no cursor store).
-pub(crate) fn start(sources: &Sources, inbox: &Inbox, registry: &Arc<LiveRegistry>) -> Adapters {
+pub(crate) fn start(sources: &Sources, inbox: &Inbox) -> Adapters {
     let stop = CancellationToken::new();
     let mut tasks = JoinSet::new();
     let Some(store) = sources.cursors() else {
@@ -79,7 +77,6 @@ pub(crate) fn start(sources: &Sources, inbox: &Inbox, registry: &Arc<LiveRegistr
             live: live.clone(),
             spec,
             inbox: inbox.clone(),
-            registry: registry.clone(),
             load: inbox.load(),
             store: store.clone(),
             client: client.clone(),
