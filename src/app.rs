@@ -333,7 +333,11 @@ async fn run_workers(
     crate::operator::restore(&*store, &lanes, &state.registry).await?;
     let (notices, heard) = tokio::sync::mpsc::unbounded_channel();
     lanes.listen(notices);
-    tokio::spawn(crate::operator::run(state.inbox.clone(), store.clone(), heard));
+    tokio::spawn(crate::operator::run(
+        state.inbox.clone(),
+        store.clone(),
+        heard,
+    ));
     if shared {
         tasks.spawn(crate::operator::follow(
             store.clone(),

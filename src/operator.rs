@@ -190,7 +190,9 @@ async fn announce(inbox: &Inbox, event_type: &str, destination: &str, payload: &
     };
     match outcome {
         Ok(Outcome::Accepted(_)) => {}
-        Ok(other) => warn!(destination, event_type, outcome = ?other, "an operator event was not stored"),
+        Ok(other) => {
+            warn!(destination, event_type, outcome = ?other, "an operator event was not stored")
+        }
         Err(e) => warn!(destination, event_type, error = %e, "could not store an operator event"),
     }
 }

@@ -15,8 +15,8 @@ use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::config::Secret;
 use crate::inbox::Inbox;
-pub use crate::lifecycle::Lifecycle;
 use crate::layers::backpressure::LoadSignal;
+pub use crate::lifecycle::Lifecycle;
 use crate::registry::live::LiveRegistry;
 use crate::sources::live::Sources;
 use crate::store::Store;

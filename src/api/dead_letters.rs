@@ -59,10 +59,7 @@ pub async fn list(
 
 /// Replays through the inbox (the deliveries are queued even if the client hangs up).
 async fn replay(inbox: &Inbox, filter: ReplayFilter) -> Result<Vec<PendingDelivery>, Problem> {
-    inbox
-        .replay(filter)
-        .await
-        .map_err(Problem::from)
+    inbox.replay(filter).await.map_err(Problem::from)
 }
 
 /// `POST /webhooks/{id}/replay` → 202 with the event.

@@ -80,10 +80,7 @@ fn shown(route: &Route, lane: LaneView, backlog: Option<&DestinationBacklog>) ->
 }
 
 async fn backlog(store: &dyn Store) -> Result<Vec<DestinationBacklog>, Problem> {
-    store
-        .destination_backlog()
-        .await
-        .map_err(Problem::from)
+    store.destination_backlog().await.map_err(Problem::from)
 }
 
 /// `GET /destinations` (admin).

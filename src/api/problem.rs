@@ -37,12 +37,12 @@ pub struct Problem {
     retry_after: Option<u64>,
 }
 
+use crate::inbox::InboxError;
+use crate::store::StoreError;
 /// Marks a response as a problem, with its code, so that layers (metrics) can read it
 /// without parsing the body; the layers' own rejections carry the same marker.
 pub use hookbox_layers::rejection::ProblemCode;
 use hookbox_layers::rejection::Rejection;
-use crate::inbox::InboxError;
-use crate::store::StoreError;
 
 impl Problem {
     /// A problem with the status's reason phrase as title and detail.

@@ -38,10 +38,9 @@ pub struct Items<T> {
 )]
 pub async fn list(State(sources): State<Arc<Sources>>) -> Result<Json<Items<SourceView>>, Problem> {
     let cursors = match sources.cursors() {
-        Some(store) if sources.pull().next().is_some() => store
-            .cursors()
-            .await
-            .map_err(Problem::from)?,
+        Some(store) if sources.pull().next().is_some() => {
+            store.cursors().await.map_err(Problem::from)?
+        }
         _ => Default::default(),
     };
     Ok(Json(Items {

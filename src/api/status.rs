@@ -138,10 +138,7 @@ pub async fn lookup_or_list(
     }
     auth::require_admin(&admin, &headers)?;
     let query = list_query(&params)?;
-    let page = store
-        .list_events(&query)
-        .await
-        ?;
+    let page = store.list_events(&query).await?;
     Ok(Json(Lookup::Page(page)).into_response())
 }
 

@@ -249,7 +249,11 @@ impl Rules {
     }
 
     /// What [`Rules::admit`] would refuse `submission` for.
-    pub(crate) fn refusal(&self, registry: &LiveRegistry, submission: &Submission) -> Option<Refusal> {
+    pub(crate) fn refusal(
+        &self,
+        registry: &LiveRegistry,
+        submission: &Submission,
+    ) -> Option<Refusal> {
         self.check(submission).err().or_else(|| {
             route(
                 registry,
@@ -368,10 +372,7 @@ mod tests {
         assert!(IdempotencyKey::new("a".repeat(256)).is_err());
         assert!(IdempotencyKey::new("a\0b").is_err());
         assert!(IdempotencyKey::new("a".repeat(255)).is_ok());
-        assert_eq!(
-            IdempotencyKey::new("gh:1").unwrap().namespace(),
-            Some("gh")
-        );
+        assert_eq!(IdempotencyKey::new("gh:1").unwrap().namespace(), Some("gh"));
         assert_eq!(IdempotencyKey::new("plain").unwrap().namespace(), None);
     }
 

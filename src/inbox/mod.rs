@@ -49,11 +49,11 @@ use crate::store::{
 
 mod admission;
 
+use admission::Rules;
 pub use admission::{
     EventType, Fingerprint, IdempotencyKey, OPERATOR_SOURCE, Origin, Outcome, Payload, Refusal,
     Submission,
 };
-use admission::Rules;
 
 /// A pull source's fetched items and the cursor after them, for
 /// [`Inbox::accept_pulled`].
