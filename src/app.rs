@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::config::Config;
-use crate::inbox::{Admission, Feed, Processing, Started, new_pair};
+use crate::inbox::{Admission, Started, new_inbox};
 use crate::processing::worker::Workers;
 use crate::registry::Registry;
 use crate::registry::live::LiveRegistry;
@@ -36,7 +36,7 @@ use crate::ssrf::TargetGuard;
 use crate::state::{AdminToken, AppState, Lifecycle, MetricsExport, Shared};
 use crate::store::pull::PullStore;
 use crate::store::sqlite::SqliteStore;
-use crate::store::{ClaimStore, DueStore, Store, StoreError};
+use crate::store::{Store, StoreError, WorkStore};
 
 /// Why the service could not start or run.
 #[derive(Debug, thiserror::Error)]
@@ -73,10 +73,9 @@ const SUPPORTED: &str = "sqlite://PATH; build with the postgres feature for post
 pub struct Backend {
     /// Everything hookbox persists.
     pub store: Arc<dyn Store>,
-    /// The claim side, when several instances share the database (PostgreSQL).
-    pub claims: Option<Arc<dyn ClaimStore>>,
-    /// The due-work side, when one instance serves the database (SQLite).
-    pub due: Option<Arc<dyn DueStore>>,
+    /// How the database is the queue: due work read by one instance (SQLite), or
+    /// claims shared by several (PostgreSQL).
+    pub work: WorkStore,
     /// Where pull sources keep their cursors.
     pub pull: Arc<dyn PullStore>,
 }
@@ -87,8 +86,7 @@ pub async fn open_backend(config: &Config) -> Result<Backend, AppError> {
         let store = Arc::new(SqliteStore::open(&path, config.sqlite_synchronous).await?);
         return Ok(Backend {
             store: store.clone(),
-            claims: None,
-            due: Some(store.clone()),
+            work: WorkStore::Due(store.clone()),
             pull: store,
         });
     }
@@ -105,8 +103,7 @@ pub async fn open_backend(config: &Config) -> Result<Backend, AppError> {
         );
         return Ok(Backend {
             store: pg.clone(),
-            claims: Some(pg.clone()),
-            due: None,
+            work: WorkStore::Claims(pg.clone()),
             pull: pg,
         });
     }
@@ -169,7 +166,6 @@ pub fn load_registry(
 pub struct App {
     config: Config,
     state: AppState,
-    processing: Processing,
     listener: TcpListener,
     local: SocketAddr,
 }
@@ -201,30 +197,20 @@ impl App {
         live.reload_at(&subscribers, version)
             .map_err(|e| AppError::Http(e.to_string()))?;
         let registry = Arc::new(live);
-        let feed = match (backend.claims, backend.due) {
-            (Some(claims), _) => Feed::Claims(claims),
-            (None, Some(due)) => Feed::Due(due),
-            (None, None) => {
-                return Err(AppError::UnsupportedDatabase(
-                    "a database that is no queue".into(),
-                ));
-            }
-        };
         let lifecycle = Arc::new(Lifecycle::default());
         let admission = Admission {
             sources: sources.iter().map(|s| s.name.clone()).collect(),
             lifecycle: lifecycle.clone(),
         };
-        let (inbox, processing) = new_pair(
+        let inbox = new_inbox(
             &config,
             backend.store.clone(),
-            feed,
+            backend.work,
             registry.clone(),
             admission,
         );
         let state = AppState::new(Shared {
             store: backend.store,
-            load: inbox.load(),
             inbox,
             registry,
             sources: Arc::new(Sources::new(sources).with_cursors(backend.pull)),
@@ -247,7 +233,6 @@ impl App {
         Ok(Self {
             config,
             state,
-            processing,
             listener,
             local,
         })
@@ -272,7 +257,6 @@ impl App {
         let Self {
             config,
             state,
-            processing,
             listener,
             local,
         } = self;
@@ -287,7 +271,7 @@ impl App {
                 crate::server::serve(listener, app, limits, stop.cancelled_owned()).await
             })
         };
-        run_workers(&config, &state, processing, http, stop_http, shutdown).await
+        run_workers(&config, &state, http, stop_http, shutdown).await
     }
 }
 
@@ -312,22 +296,19 @@ const PULL_STOP_GRACE: Duration = Duration::from_secs(5);
 async fn run_workers(
     config: &Config,
     state: &AppState,
-    processing: Processing,
     http: tokio::task::JoinHandle<std::io::Result<()>>,
     stop_http: CancellationToken,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AppError> {
     let store = state.store.clone();
     let (stop_claiming, stop_leases) = (CancellationToken::new(), CancellationToken::new());
-    let shared = processing.is_shared();
+    let shared = state.inbox.is_shared();
     let Started {
         queue,
         feed,
         lanes,
         mut tasks,
-    } = processing
-        .start(&state.inbox, &stop_claiming, &stop_leases)
-        .await?;
+    } = state.inbox.start(&stop_claiming, &stop_leases).await?;
     // Destinations paused, failing or disabled before a restart stay so; what
     // changes from now on is kept and announced (operator events).
     crate::operator::restore(&*store, &lanes, &state.registry).await?;
@@ -386,7 +367,7 @@ async fn run_workers(
     }
     retention.abort();
     stop_leases.cancel();
-    processing.release().await;
+    state.inbox.release().await;
     drop(tasks);
     stop_http.cancel();
     match tokio::time::timeout(Duration::from_secs(5), http).await {

@@ -15,7 +15,6 @@ use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::config::Secret;
 use crate::inbox::Inbox;
-use crate::layers::backpressure::LoadSignal;
 pub use crate::lifecycle::Lifecycle;
 use crate::registry::live::LiveRegistry;
 use crate::sources::live::Sources;
@@ -61,8 +60,6 @@ pub struct Shared {
     pub store: Arc<dyn Store>,
     /// The one path in: commits new work and hands it to processing.
     pub inbox: Inbox,
-    /// What intake's backpressure reads ([`Inbox::load`]).
-    pub load: Arc<dyn LoadSignal>,
     /// The routing table (manifests + subscribers).
     pub registry: Arc<LiveRegistry>,
     /// The push sources (`POST /ingest/{name}`), with their counters and rejected

@@ -23,9 +23,11 @@ pub mod sources;
 pub mod status;
 pub mod subscribers;
 
-use axum::Router;
+use std::sync::Arc;
+
 use axum::extract::DefaultBodyLimit;
 use axum::middleware::{from_fn_with_state, map_response};
+use axum::{Extension, Router};
 use http::StatusCode;
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter, UtoipaMethodRouterExt};
 
@@ -52,6 +54,7 @@ pub fn router(app: AppState) -> Router {
             Problem::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed")
                 .detail("this route does not accept that method")
         })
+        .layer(Extension(probes::OpenApiJson(openapi::json().into())))
         .layer(HttpMetricsLayer::new())
         .layer(request_tracing())
         .with_state(app)
@@ -59,6 +62,10 @@ pub fn router(app: AppState) -> Router {
 
 /// A route's handlers with the layers its access calls for.
 fn with_layers(route: routes::Route, app: &AppState) -> UtoipaMethodRouter<AppState> {
+    // Intake's backpressure reads how full processing is; the inbox does not know
+    // the layer exists.
+    let inbox = app.inbox.clone();
+    let load = BackpressureLayer::new(Arc::new(move || inbox.overloaded()));
     match route.access {
         Access::Open => route.handlers,
         Access::Admin => route.handlers.map(|handlers| {
@@ -77,7 +84,7 @@ fn with_layers(route: routes::Route, app: &AppState) -> UtoipaMethodRouter<AppSt
                 handlers
                     .route_layer(idempotency)
                     .route_layer(DefaultBodyLimit::max(app.max_body_bytes))
-                    .route_layer(BackpressureLayer::new(app.load.clone()))
+                    .route_layer(load)
                     .route_layer(map_response(intake::count_rejections))
             })
         }
@@ -86,7 +93,7 @@ fn with_layers(route: routes::Route, app: &AppState) -> UtoipaMethodRouter<AppSt
         Access::Ingest => route.handlers.map(|handlers| {
             handlers
                 .route_layer(DefaultBodyLimit::max(app.max_body_bytes))
-                .route_layer(BackpressureLayer::new(app.load.clone()))
+                .route_layer(load)
                 .route_layer(map_response(intake::count_rejections))
         }),
     }

@@ -11,11 +11,6 @@
 //! assert!(doc.paths.paths.contains_key("/webhooks/{id}/attempts"));
 //! ```
 
-use std::sync::OnceLock;
-
-use axum::response::{IntoResponse, Response};
-use http::HeaderValue;
-use http::header::CONTENT_TYPE;
 use utoipa::openapi::path::{Operation, PathItem};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{OpenApi, Server};
@@ -116,19 +111,4 @@ pub fn json() -> String {
     document()
         .to_pretty_json()
         .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
-}
-
-/// `GET /openapi.json`: this document (built once).
-#[utoipa::path(
-    get,
-    path = "/openapi.json",
-    tag = "probes",
-    responses((status = 200, description = "This OpenAPI 3.1 document", content_type = "application/json"))
-)]
-pub async fn serve() -> Response {
-    static DOCUMENT: OnceLock<String> = OnceLock::new();
-    let mut res = DOCUMENT.get_or_init(json).clone().into_response();
-    res.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    res
 }

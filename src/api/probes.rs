@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde_json::json;
 use tracing::warn;
 
@@ -124,4 +124,25 @@ async fn update_gauges(inbox: &Inbox, store: &dyn Store) {
         }
         Err(e) => warn!(error = %e, "could not read the store's counts for /metrics"),
     }
+}
+
+/// The API's OpenAPI document as served: built once by [`super::router`] from the
+/// route table and handed to [`openapi`] as a request extension.
+#[derive(Clone)]
+pub struct OpenApiJson(pub Arc<str>);
+
+/// `GET /openapi.json`: the API's OpenAPI document ([`super::openapi`]).
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "probes",
+    responses((status = 200, description = "This OpenAPI 3.1 document", content_type = "application/json"))
+)]
+pub async fn openapi(Extension(OpenApiJson(document)): Extension<OpenApiJson>) -> Response {
+    let mut res = document.to_string().into_response();
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    res
 }

@@ -11,9 +11,7 @@
 use utoipa_axum::router::UtoipaMethodRouter;
 use utoipa_axum::routes;
 
-use super::{
-    dead_letters, destinations, ingest, intake, openapi, probes, sources, status, subscribers,
-};
+use super::{dead_letters, destinations, ingest, intake, probes, sources, status, subscribers};
 use crate::state::AppState;
 
 /// Who may call a route; it decides the layers the route gets.
@@ -70,7 +68,7 @@ pub fn table() -> Vec<Route> {
         route(Open, routes!(probes::health)),
         route(Open, routes!(probes::ready)),
         route(Open, routes!(probes::metrics)),
-        route(Open, routes!(openapi::serve)),
+        route(Open, routes!(probes::openapi)),
     ]
 }
 

@@ -1,12 +1,12 @@
 //! The one path in: commit, then hand what was committed to processing.
 //!
-//! [`Inbox`] is built once at startup by [`new_pair`], which is where the choice
-//! between the backends is made. The database is the queue on both: on SQLite (one
-//! instance) committed work goes to this instance's window of due work, which
-//! refills itself from the table and keeps per-key order; on PostgreSQL (several
-//! instances) committed work wakes the claimers, and the claim query keeps the
-//! order. The pair's other half,
-//! [`Processing`], is what the app starts the workers with.
+//! [`Inbox`] is built once at startup by [`new_inbox`], which is where the choice
+//! between the backends is made, once, as a [`Feed`]. The database is the queue on
+//! both: on SQLite (one instance) committed work goes to this instance's window of
+//! due work, which refills itself from the table and keeps per-key order; on
+//! PostgreSQL (several instances) committed work wakes the claimers, and the claim
+//! query keeps the order. [`Inbox::start`] gives the app what it starts the
+//! workers with.
 //!
 //! Every writer of new work goes through the inbox: intake and the sources
 //! ([`Inbox::accept`]), replay ([`Inbox::replay`]), the subscribers API
@@ -32,20 +32,16 @@ use tracing::warn;
 use uuid::Uuid;
 
 use crate::config::Config;
-use crate::layers::backpressure::LoadSignal;
 use crate::model::NewEvent;
 use crate::processing::claims::Claims;
-use crate::processing::dispatch::Dispatch;
+use crate::processing::feed::Feed;
 use crate::processing::job::Job;
 use crate::processing::lanes::Lanes;
 use crate::processing::queue::Queue;
 use crate::processing::window::Window;
-use crate::processing::worker::Feeder;
 use crate::registry::live::LiveRegistry;
 use crate::store::pull::{PullBatch, PulledEvent};
-use crate::store::{
-    ClaimStore, DueStore, Inserted, PendingDelivery, ReplayFilter, Store, StoreError,
-};
+use crate::store::{Inserted, PendingDelivery, ReplayFilter, Store, StoreError, WorkStore};
 
 mod admission;
 
@@ -96,40 +92,19 @@ pub enum InboxError {
 #[derive(Clone)]
 pub struct Inbox(Arc<Parts>);
 
-/// What the inbox is made of; the backend-specific parts are chosen by
-/// [`new_pair`].
+/// What the inbox is made of; the backend-specific part, [`Feed`], is chosen by
+/// [`new_inbox`].
 struct Parts {
     store: Arc<dyn Store>,
     registry: Arc<LiveRegistry>,
-    /// Where committed work goes: the window of due work (SQLite) or the claimers
-    /// (PostgreSQL).
-    dispatch: Arc<dyn Dispatch>,
-    /// What intake's backpressure reads: the same object as `dispatch`.
-    load: Arc<dyn LoadSignal>,
-    /// The window (SQLite), whose ordering gate ordered deliveries line up in
-    /// before their commit; `None` on PostgreSQL, where the claim query orders.
-    window: Option<Arc<Window>>,
+    /// Where committed work goes: the window of due work (SQLite, whose ordering
+    /// gate ordered deliveries line up in before their commit) or the claimers
+    /// (PostgreSQL, where the claim query orders).
+    feed: Feed,
     /// Every destination's lane (what the workers may start; operators' pauses).
     lanes: Arc<Lanes>,
     /// The sources' key namespaces and shutdown.
     rules: Rules,
-}
-
-/// How this instance's workers get their work: the other half of [`new_pair`].
-pub(crate) enum Processing {
-    /// SQLite, one instance: a window of due work over the table.
-    Local(Arc<Window>),
-    /// PostgreSQL, any number of instances: the database is the queue.
-    Shared(Arc<Claims>),
-}
-
-/// How committed work is found again: the due-work queries of a database that one
-/// instance serves (SQLite), or the claims of one that several share (PostgreSQL).
-pub(crate) enum Feed {
-    /// SQLite.
-    Due(Arc<dyn DueStore>),
-    /// PostgreSQL.
-    Claims(Arc<dyn ClaimStore>),
 }
 
 /// What admission needs to know besides the routing table.
@@ -140,70 +115,54 @@ pub(crate) struct Admission {
     pub(crate) lifecycle: Arc<crate::lifecycle::Lifecycle>,
 }
 
-/// Builds the inbox and the processing it hands work to, for the database opened:
-/// the one place that chooses between one instance on SQLite and several sharing
-/// PostgreSQL.
-pub(crate) fn new_pair(
+/// Builds the inbox and the processing it hands work to, for the database opened
+/// (`work`): the one place that chooses between one instance on SQLite and
+/// several sharing PostgreSQL.
+pub(crate) fn new_inbox(
     config: &Config,
     store: Arc<dyn Store>,
-    feed: Feed,
+    work: WorkStore,
     registry: Arc<LiveRegistry>,
     admission: Admission,
-) -> (Inbox, Processing) {
+) -> Inbox {
     // SQLite lets go what a lane cannot keep (the window reads it again); a
     // PostgreSQL claim is held until it runs, so lanes park all they are given.
-    let lanes = Lanes::new(matches!(feed, Feed::Due(_)));
-    let (processing, dispatch, load, window): (_, Arc<dyn Dispatch>, Arc<dyn LoadSignal>, _) =
-        match feed {
-            Feed::Due(due) => {
-                let window =
-                    Window::new(due, config.queue_maxsize, config.max_backlog, lanes.clone());
-                (
-                    Processing::Local(window.clone()),
-                    window.clone(),
-                    window.clone(),
-                    Some(window),
-                )
-            }
-            Feed::Claims(claims) => {
-                let claims = Claims::new(
-                    claims,
-                    config.queue_maxsize,
-                    config.max_backlog,
-                    config.worker_count,
-                    config.lease_timeout,
-                    lanes.clone(),
-                );
-                (
-                    Processing::Shared(claims.clone()),
-                    claims.clone(),
-                    claims,
-                    None,
-                )
-            }
-        };
-    let inbox = Inbox(Arc::new(Parts {
+    let lanes = Lanes::new(matches!(work, WorkStore::Due(_)));
+    let feed = match work {
+        WorkStore::Due(due) => Feed::Local(Window::new(
+            due,
+            config.queue_maxsize,
+            config.max_backlog,
+            lanes.clone(),
+        )),
+        WorkStore::Claims(claims) => Feed::Shared(Claims::new(
+            claims,
+            config.queue_maxsize,
+            config.max_backlog,
+            config.worker_count,
+            config.lease_timeout,
+            lanes.clone(),
+        )),
+    };
+    Inbox(Arc::new(Parts {
         store,
         registry,
-        dispatch,
-        load,
-        window,
+        feed,
         lanes,
         rules: Rules {
             namespaces: admission.sources.into_iter().collect(),
             lifecycle: admission.lifecycle,
         },
-    }));
-    (inbox, processing)
+    }))
 }
 
-/// What the workers run with once [`Processing::start`] has loaded or begun
-/// claiming the work.
+/// What the workers run with once [`Inbox::start`] has loaded or begun claiming
+/// the work.
 pub(crate) struct Started {
     /// Where the workers take jobs from.
     pub(crate) queue: Arc<Queue<Job>>,
     /// Who fills `queue` besides the inbox.
-    pub(crate) feed: Arc<dyn Feeder>,
+    pub(crate) feed: Feed,
     /// Every destination's lane.
     pub(crate) lanes: Arc<Lanes>,
     /// Background tasks (refilling the window; claiming, leases, following the
@@ -211,64 +170,39 @@ pub(crate) struct Started {
     pub(crate) tasks: JoinSet<()>,
 }
 
-impl Processing {
-    /// Recovery, then the feed: on SQLite the pending backlog is counted and the
-    /// window filled from the table (the rest waits there), then its refill
-    /// starts; on PostgreSQL the claim query is the recovery (it also takes over deliveries
-    /// whose lease expired), so the claim loop starts, which stops when
-    /// `claiming` is cancelled, and the rest (leases, backlog, following the
-    /// subscribers that other instances change) when `rest` is.
+impl Inbox {
+    /// Recovery, then the feed ([`Feed::start`]); on PostgreSQL also following the
+    /// subscribers that other instances change, until `rest` is cancelled.
     pub(crate) async fn start(
         &self,
-        inbox: &Inbox,
         claiming: &CancellationToken,
         rest: &CancellationToken,
     ) -> Result<Started, StoreError> {
-        match self {
-            Self::Local(window) => {
-                let tasks = window.start().await?;
-                Ok(Started {
-                    queue: window.queue(),
-                    feed: window.clone(),
-                    lanes: inbox.lanes(),
-                    tasks,
-                })
-            }
-            Self::Shared(claims) => {
-                claims.reclaim().await?;
-                claims.refresh_backlog().await?;
-                let mut tasks = claims.spawn(claiming, rest);
-                let (stop, follow) = (rest.clone(), inbox.clone().follow_subscribers());
-                tasks.spawn(async move {
-                    stop.run_until_cancelled_owned(follow).await;
-                });
-                Ok(Started {
-                    queue: claims.queue(),
-                    feed: Arc::new(claims.clone()),
-                    lanes: inbox.lanes(),
-                    tasks,
-                })
-            }
+        let feed = self.0.feed.clone();
+        let mut tasks = feed.start(claiming, rest).await?;
+        if feed.is_shared() {
+            let (stop, follow) = (rest.clone(), self.clone().follow_subscribers());
+            tasks.spawn(async move {
+                stop.run_until_cancelled_owned(follow).await;
+            });
         }
+        Ok(Started {
+            queue: feed.queue(),
+            feed,
+            lanes: self.lanes(),
+            tasks,
+        })
     }
 
     /// True when several instances may share the database (PostgreSQL).
     pub(crate) fn is_shared(&self) -> bool {
-        matches!(self, Self::Shared(_))
+        self.0.feed.is_shared()
     }
 
-    /// After the workers stopped: on PostgreSQL gives back what this instance
-    /// still holds, so that other instances take it at once rather than after the
-    /// lease; nothing to do on SQLite.
+    /// After the workers stopped: gives back what this instance still holds
+    /// ([`Feed::release`]).
     pub(crate) async fn release(&self) {
-        if let Self::Shared(claims) = self {
-            if tokio::time::timeout(Duration::from_secs(5), claims.release())
-                .await
-                .is_err()
-            {
-                warn!("releasing claims timed out; they are rescued when their lease expires");
-            }
-        }
+        self.0.feed.release().await;
     }
 }
 
@@ -312,7 +246,7 @@ impl Place {
 
     /// The deliveries were committed: the table keeps their place now.
     fn keep(mut self) {
-        if let Some(window) = &self.inbox.0.window {
+        if let Some(window) = self.inbox.0.feed.window() {
             for (handler, value, delivery) in self.ordered.drain(..) {
                 window.committed(&handler, &value, delivery);
             }
@@ -322,7 +256,7 @@ impl Place {
 
 impl Drop for Place {
     fn drop(&mut self) {
-        if let Some(window) = &self.inbox.0.window {
+        if let Some(window) = self.inbox.0.feed.window() {
             for (handler, value, delivery) in self.ordered.drain(..) {
                 window.withdrawn(&handler, &value, delivery);
             }
@@ -334,18 +268,18 @@ impl Drop for Place {
 /// stored claimed by this instance ([`NewEvent::claim_lease`]); given back when
 /// dropped unless the commit used it ([`Reservation::used`]).
 struct Reservation {
-    dispatch: Arc<dyn Dispatch>,
+    feed: Feed,
     n: usize,
 }
 
 impl Reservation {
     /// Asks for room for `event`'s claimable deliveries and sets its lease if
     /// there is (clears it if not).
-    fn take(dispatch: &Arc<dyn Dispatch>, event: &mut NewEvent) -> Self {
+    fn take(feed: &Feed, event: &mut NewEvent) -> Self {
         let n = event.claimable();
-        event.claim_lease = dispatch.reserve(n);
+        event.claim_lease = feed.dispatch().reserve(n);
         Self {
-            dispatch: dispatch.clone(),
+            feed: feed.clone(),
             n: if event.claim_lease.is_some() { n } else { 0 },
         }
     }
@@ -359,7 +293,7 @@ impl Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         if self.n > 0 {
-            self.dispatch.unreserve(self.n);
+            self.feed.dispatch().unreserve(self.n);
         }
     }
 }
@@ -377,25 +311,27 @@ pub const SUBSCRIBER_REFRESH: Duration = Duration::from_secs(1);
 const MAX_REROUTES: u32 = 5;
 
 impl Inbox {
-    /// What intake's backpressure reads: how full processing is.
-    pub fn load(&self) -> Arc<dyn LoadSignal> {
-        self.0.load.clone()
+    /// How full processing is, for intake's backpressure: `Some(Retry-After)` while
+    /// intake should answer 429 (the queue at `QUEUE_MAXSIZE`, or the backlog at
+    /// `MAX_BACKLOG`).
+    pub fn overloaded(&self) -> Option<Duration> {
+        self.0.feed.overloaded()
     }
 
     /// Work waiting or running (`hookbox_queue_depth`).
     pub fn depth(&self) -> usize {
-        self.0.dispatch.depth()
+        self.0.feed.dispatch().depth()
     }
 
     /// The bound at which intake answers 429 (`hookbox_queue_capacity`).
     pub fn capacity(&self) -> usize {
-        self.0.dispatch.capacity()
+        self.0.feed.dispatch().capacity()
     }
 
     /// Lines an ordered delivery up while it is committed (one instance, SQLite);
     /// false where there is no line (PostgreSQL: the claim query orders).
     fn line_up(&self, handler: &str, value: &str, delivery: Uuid) -> bool {
-        let Some(window) = &self.0.window else {
+        let Some(window) = self.0.feed.window() else {
             return false;
         };
         window.line_up(handler, value, delivery);
@@ -424,7 +360,7 @@ impl Inbox {
         detached(async move {
             let mut attempts = 0;
             loop {
-                let reservation = Reservation::take(&inbox.0.dispatch, &mut event);
+                let reservation = Reservation::take(&inbox.0.feed, &mut event);
                 let jobs = Job::for_new_event(&event);
                 let unrouted = event.deliveries.is_empty();
                 match inbox.0.store.insert_event(event.clone()).await {
@@ -432,7 +368,7 @@ impl Inbox {
                         if inserted.created {
                             place.keep();
                             reservation.used();
-                            inbox.0.dispatch.submit(jobs);
+                            inbox.0.feed.dispatch().submit(jobs);
                             inbox.count_received(&inserted.event.event_type, unrouted);
                         }
                         return Ok(admission::outcome(inserted, &asked));
@@ -528,7 +464,7 @@ impl Inbox {
             committed.push(admission::outcome(inserted, &asked));
         }
         if !due.is_empty() {
-            self.0.dispatch.submit(due);
+            self.0.feed.dispatch().submit(due);
         }
         let mut committed = committed.into_iter();
         Ok(Some(
@@ -575,13 +511,13 @@ impl Inbox {
         let inbox = self.clone();
         detached(async move {
             let replayed = inbox.0.store.replay(filter).await?;
-            if let Some(window) = &inbox.0.window {
+            if let Some(window) = inbox.0.feed.window() {
                 for d in &replayed {
                     window.count_fresh(&d.handler, 1);
                 }
             }
             if !replayed.is_empty() {
-                inbox.0.dispatch.submit(
+                inbox.0.feed.dispatch().submit(
                     replayed
                         .iter()
                         .map(|d| Job::deliver(d.delivery, d.event))

@@ -49,19 +49,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::layers::backpressure::LoadSignal;
-use crate::model::Timestamp;
 use crate::processing::dispatch::Dispatch;
 use crate::processing::job::Job;
 use crate::processing::lanes::Lanes;
 use crate::processing::queue::Queue;
-use crate::processing::worker::Feeder;
 use crate::store::ClaimStore;
 
 /// The safety-net poll of an idle claim loop.
@@ -174,7 +170,7 @@ impl Claims {
             store,
             // Its own bound is never consulted: the claim loop and intake hold
             // at most HOLD_PER_WORKER times the worker count.
-            queue: Queue::new(workers.saturating_mul(HOLD_PER_WORKER).max(1)),
+            queue: Queue::new(),
             wake: Notify::new(),
             announce: Notify::new(),
             backlog: AtomicU64::new(0),
@@ -531,40 +527,20 @@ impl Dispatch for Claims {
     }
 }
 
-/// Several instances (PostgreSQL): the database is the queue, and a claimed
-/// delivery stays leased to this instance until its outcome is written; a retry
-/// waits in the database until its `retry_after`.
-impl Feeder for Arc<Claims> {
-    fn put_back_after(&self, _job: Job, _delay: Duration) -> bool {
-        false
-    }
-
-    fn hold_until(&self, _job: Job, _due: Timestamp) -> bool {
-        false
-    }
-
-    fn runs_unmarked(&self) -> bool {
-        true
-    }
-
+impl Claims {
     /// The claim decided the order and the lease holds the delivery until its
     /// outcome commits, so the queue place is not needed meanwhile: claiming more
-    /// work does not wait for the finisher's commit.
-    fn early_release(&self) -> BoxFuture<'_, Option<OwnedSemaphorePermit>> {
-        Box::pin(async { self.recording.clone().acquire_owned().await.ok() })
-    }
-
-    fn after_commit(&self, _committed: bool, retry: Option<(Job, Duration)>) {
-        // The claim loop learnt of due times when it last claimed; tell it of this
-        // retry's, or it waits for its fallback poll.
-        if let Some((_, after)) = retry {
-            self.wake_after(after);
-        }
+    /// work does not wait for the finisher's commit. The permit bounds the
+    /// outcomes waiting for their commit.
+    pub(crate) async fn recording_permit(&self) -> Option<OwnedSemaphorePermit> {
+        self.recording.clone().acquire_owned().await.ok()
     }
 }
 
-impl LoadSignal for Claims {
-    fn overloaded(&self) -> Option<Duration> {
+impl Claims {
+    /// Claimed work at `QUEUE_MAXSIZE`, or every pending delivery at
+    /// `MAX_BACKLOG`: intake answers 429 with this `Retry-After`.
+    pub(crate) fn overloaded(&self) -> Option<Duration> {
         let total = usize::try_from(self.total.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
         (Dispatch::depth(self) >= self.capacity || total >= self.max_backlog)
             .then_some(Duration::from_secs(1))
@@ -601,6 +577,7 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Timestamp;
 
     #[test]
     fn a_quick_count_repeats_every_refresh_period() {

@@ -7,6 +7,8 @@
 //! - [`window`]: the window of due work over the table, its refill, waiting
 //!   retries and the pending backlog (SQLite);
 //! - [`claims`]: the claim loop, leases and shared backlog (PostgreSQL);
+//! - [`feed`]: which of the two feeds this instance's workers — the one place
+//!   where the backends differ for processing, chosen once;
 //! - [`ordering`]: ordered deliveries being committed (SQLite; the table orders
 //!   the rest);
 //! - [`lane`] and [`lanes`]: every destination's lane — flow control, pauses, the
@@ -14,13 +16,15 @@
 //! - [`worker`]: runs a job's attempt and records its outcome.
 //!
 //! Dependencies run one way, with no loop: `job`, `queue` and `ordering` are
-//! leaves; `dispatch` uses them; `worker` uses `job` and `queue`; `window` and
-//! `claims` implement the worker's [`Feeder`](worker::Feeder) and are a
-//! [`Dispatch`](dispatch::Dispatch) each. The worker knows its feeder only
-//! through that trait.
+//! leaves; `dispatch` uses them; `window` and `claims` are a
+//! [`Dispatch`](dispatch::Dispatch) each; `feed` chooses between them; `worker`
+//! uses `feed`, `lanes`, `job` and `queue`, and knows neither backend. None of
+//! them knows the HTTP layers: intake's backpressure reads
+//! [`Feed::overloaded`](feed::Feed::overloaded) through a closure `api` wires.
 
 pub(crate) mod claims;
 pub(crate) mod dispatch;
+pub(crate) mod feed;
 pub(crate) mod job;
 pub(crate) mod lane;
 pub(crate) mod lanes;

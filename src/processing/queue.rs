@@ -1,24 +1,21 @@
-//! The bounded in-memory work queue of one instance.
+//! The in-memory work queue of one instance.
 //!
 //! Intake pushes after its commit; workers [`take`](Queue::take) jobs. The *depth*
 //! counts jobs queued **or running** (a [`Lease`] gives its place back when dropped),
-//! so a queue of a few slow jobs is as full as one of many waiting ones. The bound is
-//! soft: [`push`](Queue::push) always succeeds — a committed event is never dropped —
-//! and intake consults [`LoadSignal`] *before* it commits, answering 429 while the
-//! depth is at `QUEUE_MAXSIZE` (on PostgreSQL). On SQLite the queue is the window of
-//! due work ([`Window`](crate::processing::window::Window)), which learns through
-//! [`Queue::with_release`] when a job's place is given back.
-//! (`tests::a_running_job_still_counts` shows it.)
+//! so a queue of a few slow jobs is as full as one of many waiting ones. Pushing
+//! always succeeds — a committed event is never dropped; the bound is kept by
+//! whoever fills the queue, which intake asks *before* it commits (429 at
+//! `QUEUE_MAXSIZE`): the window of due work on SQLite
+//! ([`Window`](crate::processing::window::Window), which learns through
+//! [`Queue::with_release`] when a job's place is given back), the claimer on
+//! PostgreSQL. (`tests::a_running_job_still_counts` shows it.)
 
 use std::collections::VecDeque;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use tokio::sync::Notify;
-
-use crate::layers::backpressure::LoadSignal;
 
 /// A multi-producer, multi-consumer FIFO with a depth signal.
 pub(crate) struct Queue<T> {
@@ -27,7 +24,6 @@ pub(crate) struct Queue<T> {
     /// Notified when a job's place is given back (a [`Lease`] dropped).
     freed: Notify,
     depth: AtomicUsize,
-    capacity: usize,
     /// Called with each job whose place is given back (its [`Lease`] dropped).
     on_release: Option<Release<T>>,
 }
@@ -41,21 +37,18 @@ struct Jobs<T> {
 }
 
 impl<T> Queue<T> {
-    /// A queue that reports overload at `capacity` jobs.
-    pub(crate) fn new(capacity: usize) -> Arc<Self> {
-        Arc::new(Self::unshared(capacity, None))
+    /// An empty queue.
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Self::unshared(None))
     }
 
     /// A queue that calls `release` with each job whose place is given back (after
     /// its outcome was recorded, or when the worker let it go).
-    pub(crate) fn with_release(
-        capacity: usize,
-        release: impl Fn(&T) + Send + Sync + 'static,
-    ) -> Arc<Self> {
-        Arc::new(Self::unshared(capacity, Some(Box::new(release))))
+    pub(crate) fn with_release(release: impl Fn(&T) + Send + Sync + 'static) -> Arc<Self> {
+        Arc::new(Self::unshared(Some(Box::new(release))))
     }
 
-    fn unshared(capacity: usize, on_release: Option<Release<T>>) -> Self {
+    fn unshared(on_release: Option<Release<T>>) -> Self {
         Self {
             jobs: Mutex::new(Jobs {
                 items: VecDeque::new(),
@@ -64,7 +57,6 @@ impl<T> Queue<T> {
             ready: Notify::new(),
             freed: Notify::new(),
             depth: AtomicUsize::new(0),
-            capacity,
             on_release,
         }
     }
@@ -152,12 +144,6 @@ impl<T> Queue<T> {
     }
 }
 
-impl<T: Send + 'static> LoadSignal for Queue<T> {
-    fn overloaded(&self) -> Option<Duration> {
-        (self.depth() >= self.capacity).then_some(Duration::from_secs(1))
-    }
-}
-
 /// A job taken from the queue; its place is given back when this is dropped.
 pub(crate) struct Lease<T> {
     /// Always `Some` until [`Lease::requeue`] takes it.
@@ -207,10 +193,10 @@ mod tests {
     /// The module docs' example (a doc test while the queue was public).
     #[tokio::test(flavor = "current_thread")]
     async fn a_running_job_still_counts() {
-        let q = Queue::new(2);
+        let q = Queue::new();
         q.push("a");
         q.push("b");
-        assert!(q.overloaded().is_some());
+        assert_eq!(q.depth(), 2);
         let lease = q.take().await.expect("open");
         assert_eq!(*lease, "a");
         assert_eq!(q.depth(), 2, "a running job still counts");
@@ -228,7 +214,7 @@ mod tests {
     #[test]
     fn depth_never_wraps_while_workers_race_extend() {
         const JOBS: usize = 200_000;
-        let queue = Queue::<usize>::new(JOBS);
+        let queue = Queue::<usize>::new();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .build()

@@ -32,20 +32,17 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 use uuid::Uuid;
 
-use crate::layers::backpressure::LoadSignal;
 use crate::model::{DeliveryTask, Finish, Timestamp};
 use crate::processing::dispatch::Dispatch;
 use crate::processing::job::Job;
 use crate::processing::lanes::Lanes;
 use crate::processing::ordering::OrderingGate;
 use crate::processing::queue::Queue;
-use crate::processing::worker::Feeder;
 use crate::store::{DueStore, StoreError};
 
 /// Most jobs the window holds, waiting or running.
@@ -120,7 +117,7 @@ impl Window {
             Self {
                 me: me.clone(),
                 due,
-                queue: Queue::with_release(WINDOW, move |job: &Job| {
+                queue: Queue::with_release(move |job: &Job| {
                     if let Some(window) = on_release.upgrade() {
                         window.let_go(job);
                     }
@@ -282,7 +279,7 @@ impl Window {
     }
 
     /// A retry falls due at `at`: the refill looks for it then.
-    fn retry_due_at(&self, at: Timestamp) {
+    pub(crate) fn retry_due_at(&self, at: Timestamp) {
         let mut state = self.lock();
         if state.next_retry.is_none_or(|t| at < t) {
             state.next_retry = Some(at);
@@ -593,19 +590,23 @@ impl Dispatch for Window {
     }
 }
 
-impl LoadSignal for Window {
-    /// Due work at `QUEUE_MAXSIZE`, or every pending delivery at `MAX_BACKLOG`.
-    fn overloaded(&self) -> Option<Duration> {
+impl Window {
+    /// Due work at `QUEUE_MAXSIZE`, or every pending delivery at `MAX_BACKLOG`:
+    /// intake answers 429 with this `Retry-After`.
+    pub(crate) fn overloaded(&self) -> Option<Duration> {
         let all = usize::try_from(self.backlog.load(Ordering::Relaxed).max(0)).unwrap_or(0);
         (Dispatch::depth(self) >= self.capacity || all >= self.max_backlog)
             .then_some(Duration::from_secs(1))
     }
 }
 
-/// One instance (SQLite): what is not run now waits in the table, and the window
-/// brings it in when it is due.
-impl Feeder for Window {
-    fn put_back_after(&self, job: Job, delay: Duration) -> bool {
+/// What the workers ask of the window ([`Feed::Local`](crate::processing::feed::Feed)):
+/// what is not run now waits in the table, and the window brings it in when it is
+/// due.
+impl Window {
+    /// The store failed before the attempt of `job` ran: it comes back after
+    /// `delay`.
+    pub(crate) fn put_back_after(&self, job: Job, delay: Duration) {
         let (
             Job::Deliver {
                 delivery, event, ..
@@ -613,51 +614,37 @@ impl Feeder for Window {
             Some(me),
         ) = (job, self.me.upgrade())
         else {
-            return true;
+            return;
         };
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             let mut state = me.lock();
             me.bring_back(&mut state, delivery, event);
         });
-        true
     }
 
-    fn hold_until(&self, _job: Job, due: Timestamp) -> bool {
-        self.retry_due_at(due);
-        true
-    }
-
-    fn runs_unmarked(&self) -> bool {
-        false
-    }
-
-    fn after_commit(&self, committed: bool, retry: Option<(Job, Duration)>) {
-        if let (true, Some((_, after))) = (committed, retry) {
-            self.retry_due_at(Timestamp(Timestamp::now().0 + after));
+    /// Whether the attempt of `task` may start now: false while an older delivery
+    /// of its ordering key is being committed or unfinished.
+    pub(crate) async fn admit(&self, task: &DeliveryTask) -> Result<bool, StoreError> {
+        let Some(value) = &task.ordering_value else {
+            return Ok(true);
+        };
+        if self
+            .gate
+            .older_committing(&task.handler, value, task.delivery_id)
+        {
+            return Ok(false);
         }
+        let older = self
+            .due
+            .older_unfinished(&task.handler, value, task.delivery_id)
+            .await?;
+        Ok(!older)
     }
 
-    fn admit<'a>(&'a self, task: &'a DeliveryTask) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async move {
-            let Some(value) = &task.ordering_value else {
-                return Ok(true);
-            };
-            if self
-                .gate
-                .older_committing(&task.handler, value, task.delivery_id)
-            {
-                return Ok(false);
-            }
-            let older = self
-                .due
-                .older_unfinished(&task.handler, value, task.delivery_id)
-                .await?;
-            Ok(!older)
-        })
-    }
-
-    fn recorded(
+    /// An attempt's outcome was committed: the backlog's count, and the next
+    /// delivery of its ordering key once it is finished.
+    pub(crate) fn recorded(
         &self,
         handler: &str,
         finish: &Finish,

@@ -9,13 +9,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::FutureExt;
-use futures_util::future::BoxFuture;
-use tokio::sync::OwnedSemaphorePermit;
 use tower::ServiceExt;
 use tracing::{debug, info, warn};
 use uuid::Uuid;
 
 use crate::model::{Attempt, AttemptOutcome, DeliveryTask, Finish, Status, Timestamp};
+use crate::processing::feed::Feed;
 use crate::processing::job::Job;
 use crate::processing::lane::Verdict;
 use crate::processing::lanes::{Lanes, Notice, Slot, is_operator_event};
@@ -28,65 +27,6 @@ use crate::retry::{Decision, Failure, jitter};
 use crate::store::{Store, StoreError};
 use crate::telemetry::names;
 
-/// Who fills the workers' queue: the window of due work (SQLite, one instance) or
-/// a claimer that takes due deliveries from the database that several instances
-/// share (PostgreSQL). It decides where a delivery goes when it is not due yet,
-/// could not start, or failed and will be retried. (An outcome that cannot be
-/// written is retried in place on both, holding the job's queue place: see
-/// `Workers::commit`.)
-///
-/// The worker sees only this trait, so it depends on neither feeder.
-pub(crate) trait Feeder: Send + Sync + 'static {
-    /// The store failed before the attempt of `job` ran: brings `job` back after
-    /// `delay` and says true, or says false when it cannot (a claimed delivery
-    /// stays leased to this instance).
-    fn put_back_after(&self, job: Job, delay: std::time::Duration) -> bool;
-
-    /// A delivery read with a `retry_after` still ahead: holds `job` until `due`
-    /// and says true, or says false when the delivery is due anyway (a claim: the
-    /// database's clock decided it).
-    fn hold_until(&self, job: Job, due: Timestamp) -> bool;
-
-    /// True when an attempt runs on although its delivery could not be marked
-    /// `processing` (a claim holds the delivery; only the event's shown status
-    /// waits for the mark).
-    fn runs_unmarked(&self) -> bool;
-
-    /// An attempt's outcome was written (`committed`), or the store stopped first;
-    /// `retry` is the job to run again and after how long, when it failed and will
-    /// be retried.
-    fn after_commit(&self, committed: bool, retry: Option<(Job, std::time::Duration)>);
-
-    /// Whether the attempt of `task` may start now (strict per-key ordering on one
-    /// instance); false lets the job go: the delivery waits in the database until
-    /// its turn. By default always (on PostgreSQL the claim query decided).
-    fn admit<'a>(&'a self, _task: &'a DeliveryTask) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async { Ok(true) })
-    }
-
-    /// Where the database, not the queue, keeps order and leases (PostgreSQL), a
-    /// job gives its queue place back as soon as its attempt ran, so that claiming
-    /// more work does not wait for outcomes to commit: this answers with a permit
-    /// held until the commit, which bounds the outcomes waiting for one (a worker
-    /// waits here while too many are). `None` (the default, the window on SQLite)
-    /// keeps the place until the commit.
-    fn early_release(&self) -> BoxFuture<'_, Option<OwnedSemaphorePermit>> {
-        Box::pin(async { None })
-    }
-
-    /// An attempt's outcome for a delivery of `handler` was committed: `fresh`
-    /// when the delivery had no `retry_after` before it (it counted in the pending
-    /// backlog), `ordering` its handler and ordering value. By default nothing.
-    fn recorded(
-        &self,
-        _handler: &str,
-        _finish: &Finish,
-        _fresh: bool,
-        _ordering: Option<&(String, String)>,
-    ) {
-    }
-}
-
 /// What every worker shares.
 #[derive(Clone)]
 pub(crate) struct Workers {
@@ -96,8 +36,8 @@ pub(crate) struct Workers {
     pub(crate) store: Arc<dyn Store>,
     /// Handlers by name.
     pub(crate) registry: Arc<LiveRegistry>,
-    /// Who fills `queue`.
-    pub(crate) feed: Arc<dyn Feeder>,
+    /// Who fills `queue`: the window (SQLite) or the claimer (PostgreSQL).
+    pub(crate) feed: Feed,
     /// Every destination's lane: what may start now.
     pub(crate) lanes: Arc<Lanes>,
     /// The tasks recording outcomes (shutdown waits for them).
@@ -241,7 +181,7 @@ impl Workers {
         }
         // A claimed delivery is due by the database's clock, which decided the claim.
         if let Some(due) = task.retry_after.filter(|t| *t > Timestamp::now()) {
-            if self.feed.hold_until(job_of(&task), due) {
+            if self.feed.hold_until(due) {
                 return Ok(None);
             }
         }
@@ -342,7 +282,7 @@ impl Workers {
             () = tokio::time::sleep(MARK_PROCESSING_AFTER) => {}
         }
         if let Err(e) = self.store.start(task.delivery_id, task.event_id).await {
-            if !self.feed.runs_unmarked() {
+            if self.feed.needs_mark() {
                 return Err(e);
             }
             // Only the event's shown status waits for this; the claim holds.
@@ -355,10 +295,7 @@ impl Workers {
     /// the next delivery of its ordering key go).
     async fn record(&self, outcome: Outcome) {
         let committed = self.commit(&outcome.finish).await;
-        let retry = outcome
-            .retry
-            .map(|after| (job_of_finish(&outcome.finish), after));
-        self.feed.after_commit(committed, retry);
+        self.feed.after_commit(committed, outcome.retry);
         if committed {
             self.feed.recorded(
                 &outcome.handler,
@@ -453,14 +390,6 @@ fn verdict(result: &Result<(), Failure>, status: Option<u16>) -> Verdict {
                 .filter(|_| matches!(status, None | Some(429 | 503))),
         },
     }
-}
-
-fn job_of(task: &DeliveryTask) -> Job {
-    Job::deliver(task.delivery_id, task.event_id)
-}
-
-fn job_of_finish(finish: &Finish) -> Job {
-    Job::deliver(finish.delivery_id, finish.event_id)
 }
 
 fn count(route: &Route, outcome: &'static str) {

@@ -467,6 +467,17 @@ pub struct Stats {
     pub oldest_pending: Option<Timestamp>,
 }
 
+/// How a database is the queue: read by one instance in order of due work
+/// (SQLite), or claimed by several sharing it (PostgreSQL). A store opened is one
+/// or the other; processing is built for it ([`crate::inbox`]).
+#[derive(Clone)]
+pub enum WorkStore {
+    /// One instance serves the database (SQLite).
+    Due(Arc<dyn DueStore>),
+    /// Several instances share the database (PostgreSQL).
+    Claims(Arc<dyn ClaimStore>),
+}
+
 /// The due-work side of a database that one instance serves (SQLite): the
 /// database is the queue, and memory holds only a bounded window of it
 /// ([`Window`](crate::processing::window::Window)). Unfinished deliveries are

@@ -51,9 +51,34 @@ use crate::ResponseBody;
 use crate::rejection::Rejection;
 
 /// Something that knows whether the process can take more work.
+///
+/// Any `Fn() -> Option<Duration>` is one, so the layer can read a closure over
+/// whatever the application measures, which then need not know the layer exists:
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use hookbox_layers::backpressure::BackpressureLayer;
+///
+/// let depth = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+/// let seen = depth.clone();
+/// let layer = BackpressureLayer::new(Arc::new(move || {
+///     (seen.load(std::sync::atomic::Ordering::Relaxed) >= 100).then_some(Duration::from_secs(1))
+/// }));
+/// # drop(layer);
+/// ```
 pub trait LoadSignal: Send + Sync + 'static {
     /// `Some(retry_after)` when new work must be refused now.
     fn overloaded(&self) -> Option<Duration>;
+}
+
+impl<F> LoadSignal for F
+where
+    F: Fn() -> Option<Duration> + Send + Sync + 'static,
+{
+    fn overloaded(&self) -> Option<Duration> {
+        self()
+    }
 }
 
 /// Wraps services in [`Backpressure`].

@@ -9,7 +9,13 @@ use hyper::{Method, Request, StatusCode};
 
 use crate::BoxError;
 use crate::conn::{Connection, Target};
-use crate::deliver::BENCH_SUBSCRIBERS;
+
+/// The subscribers `deliver` registers: name and event type patterns.
+pub(crate) const BENCH_SUBSCRIBERS: [(&str, &[&str]); 3] = [
+    ("bench-sub-1", &["bench.deliver.*"]),
+    ("bench-sub-2", &["bench.deliver.*"]),
+    ("bench-sub-3", &["bench.deliver.three"]),
+];
 
 /// Talks to the subscribers API.
 pub(crate) struct Admin {

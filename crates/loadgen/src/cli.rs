@@ -179,7 +179,7 @@ pub(crate) struct WebsocketArgs {
     #[arg(long, default_value = "http://127.0.0.1:8000")]
     pub(crate) url: String,
     /// Where the WebSocket upstream listens (hookbox's source `url` must point here).
-    #[arg(long, default_value = crate::websocket::DEFAULT_LISTEN, value_parser = crate::websocket::parse_listen)]
+    #[arg(long, default_value = DEFAULT_LISTEN, value_parser = parse_listen)]
     pub(crate) listen: std::net::SocketAddr,
     /// The name of hookbox's `kind = "websocket"` source.
     #[arg(long, default_value = "bench-ws")]
@@ -209,4 +209,12 @@ pub(crate) struct StormArgs {
     /// `event_type` of the posted events.
     #[arg(long, default_value = "bench.ingest")]
     pub(crate) event_type: String,
+}
+
+/// The listen address's default.
+pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:9100";
+
+/// Parses `--listen`.
+pub(crate) fn parse_listen(s: &str) -> Result<std::net::SocketAddr, String> {
+    s.parse().map_err(|e| format!("{s:?}: {e}"))
 }

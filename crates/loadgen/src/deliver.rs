@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use hyper::header::HeaderValue;
 
 use crate::BoxError;
-use crate::admin::Admin;
+use crate::admin::{Admin, BENCH_SUBSCRIBERS};
 use crate::cli::DeliverArgs;
 use crate::conn::{Connection, Target, check_reachable};
 use crate::post::{Posting, event_body, post_counted};
@@ -21,12 +21,6 @@ use crate::report::{exit_code, non_2xx_total, per_second, print_details, print_t
 /// `three` reaches 3.
 pub(crate) const DELIVER_TYPES: [(&str, u64); 2] =
     [("bench.deliver.two", 2), ("bench.deliver.three", 3)];
-/// The subscribers `deliver` registers: name and event type patterns.
-pub(crate) const BENCH_SUBSCRIBERS: [(&str, &[&str]); 3] = [
-    ("bench-sub-1", &["bench.deliver.*"]),
-    ("bench-sub-2", &["bench.deliver.*"]),
-    ("bench-sub-3", &["bench.deliver.three"]),
-];
 /// How often `deliver` checks the receiver's count while waiting.
 pub(crate) const DELIVERY_POLL: Duration = Duration::from_millis(50);
 /// Deliveries that `events` events fan out to: even ones reach 2 subscribers,

@@ -13,7 +13,7 @@ use hyper::{Method, Request, Response, StatusCode};
 
 use crate::BoxError;
 use crate::conn::{Connection, Target};
-use crate::progress::{progress_bar, spawn_progress};
+use crate::progress::{Counted, progress_bar, spawn_progress};
 
 /// Longest wait honoured from a `Retry-After` answer in `e2e` mode.
 pub(crate) const MAX_RETRY_WAIT: Duration = Duration::from_secs(1);
@@ -354,6 +354,12 @@ pub(crate) async fn post_counted(
     progress.abort();
     bar.finish_and_clear();
     stats
+}
+
+impl Counted for Shared {
+    fn responses(&self) -> u64 {
+        self.responses.load(Ordering::Relaxed)
+    }
 }
 
 #[cfg(test)]

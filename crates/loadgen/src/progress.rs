@@ -1,12 +1,9 @@
 //! The live progress line on stderr.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-
-use crate::post::Shared;
 
 /// How often the progress line is redrawn.
 pub(crate) const PROGRESS_TICK: Duration = Duration::from_millis(250);
@@ -21,20 +18,26 @@ pub(crate) fn progress_bar(length: u64, template: &str) -> ProgressBar {
     bar
 }
 
+/// What a progress bar counts: the responses so far.
+pub(crate) trait Counted: Send + Sync + 'static {
+    /// Responses received so far.
+    fn responses(&self) -> u64;
+}
+
 /// Redraws `bar` every [`PROGRESS_TICK`] until aborted: position from `position`,
 /// message from the response counter and the rate over the last tick.
-pub(crate) fn spawn_progress(
+pub(crate) fn spawn_progress<S: Counted>(
     bar: ProgressBar,
-    shared: Arc<Shared>,
+    shared: Arc<S>,
     started: Instant,
-    position: fn(&Shared, Instant) -> u64,
+    position: fn(&S, Instant) -> u64,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut ticker = tokio::time::interval(PROGRESS_TICK);
         let (mut last_count, mut last_at) = (0_u64, Instant::now());
         loop {
             ticker.tick().await;
-            let count = shared.responses.load(Ordering::Relaxed);
+            let count = shared.responses();
             let now = Instant::now();
             let rate = (count - last_count) as f64 / now.duration_since(last_at).as_secs_f64();
             (last_count, last_at) = (count, now);

@@ -19,7 +19,6 @@
 //! are new every run, so every run stores new events; a reconnect in the middle of a
 //! run resumes after the cursor it names.
 
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -150,12 +149,4 @@ async fn stream(tcp: tokio::net::TcpStream, run: &str, total: u64) -> Result<(),
     ws.flush().await?;
     while let Some(Ok(_)) = ws.next().await {}
     Ok(())
-}
-
-/// The listen address's default.
-pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:9100";
-
-/// Parses `--listen`.
-pub(crate) fn parse_listen(s: &str) -> Result<SocketAddr, String> {
-    s.parse().map_err(|e| format!("{s:?}: {e}"))
 }

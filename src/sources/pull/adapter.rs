@@ -1,5 +1,6 @@
-//! One pull source's adapter: take the lease, load the cursor, run the transport,
-//! and commit what it fetched — the part that poll and WebSocket share.
+//! One pull source's adapter: its session (the lease and the committed cursor),
+//! and committing what a transport fetched — the part that poll and WebSocket
+//! share. [`super::run`] takes the lease and runs the transport.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,16 +11,13 @@ use tracing::{info, warn};
 
 use super::backoff::Backoff;
 use super::item::{self, Item, Refused};
-use super::spec::{PullSpec, Transport};
+use super::spec::PullSpec;
 use super::status::{PullStatus, State};
 use crate::inbox::{Inbox, Origin, Outcome, Pulled, PulledItem, Refusal, Submission};
-use crate::layers::backpressure::LoadSignal;
 use crate::sources::live::LiveSource;
 use crate::store::StoreError;
 use crate::store::pull::{PullStore, SourceLease};
 
-/// How often a standby instance tries to take a source over.
-pub(super) const LEASE_RETRY: Duration = Duration::from_secs(1);
 /// How often a paused adapter looks for room in the queue.
 const ROOM_CHECK: Duration = Duration::from_millis(20);
 
@@ -28,7 +26,6 @@ pub(super) struct Adapter {
     pub(super) live: Arc<LiveSource>,
     pub(super) spec: Arc<PullSpec>,
     pub(super) inbox: Inbox,
-    pub(super) load: Arc<dyn LoadSignal>,
     pub(super) store: Arc<dyn PullStore>,
     pub(super) client: reqwest::Client,
     pub(super) stop: CancellationToken,
@@ -43,6 +40,17 @@ pub(super) struct Session {
 }
 
 impl Session {
+    /// A session under `lease`, from the committed cursor.
+    pub(super) async fn open(lease: Box<dyn SourceLease>) -> Result<Self, StoreError> {
+        let mut session = Self {
+            lease,
+            cursor: None,
+            version: 0,
+        };
+        session.reload().await?;
+        Ok(session)
+    }
+
     /// Reads the committed cursor again (after a reset).
     pub(super) async fn reload(&mut self) -> Result<(), StoreError> {
         let row = self.lease.cursor().await?;
@@ -102,64 +110,6 @@ impl Adapter {
         }
     }
 
-    /// Runs until stopped: lease, cursor, transport; again after a lost lease.
-    pub(super) async fn run(self) {
-        let mut backoff = Backoff::default();
-        while !self.stop.is_cancelled() {
-            let lease = match self.store.lease(self.name()).await {
-                Ok(Some(lease)) => lease,
-                Ok(None) => {
-                    self.status().set_state(State::Standby);
-                    if !self.sleep(LEASE_RETRY).await {
-                        break;
-                    }
-                    continue;
-                }
-                Err(e) => {
-                    if !self
-                        .fail(&mut backoff, &format!("cannot take the lease: {e}"), None)
-                        .await
-                    {
-                        break;
-                    }
-                    continue;
-                }
-            };
-            let mut session = Session {
-                lease,
-                cursor: None,
-                version: 0,
-            };
-            if let Err(e) = session.reload().await {
-                if !self
-                    .fail(&mut backoff, &format!("cannot read the cursor: {e}"), None)
-                    .await
-                {
-                    break;
-                }
-                continue;
-            }
-            info!(source = %self.name(), cursor = ?session.cursor, "pull source running on this instance");
-            self.status().set_state(State::Running);
-            let end = match &self.spec.transport {
-                Transport::Poll { .. } => super::poll::run(&self, &mut session, &mut backoff).await,
-                Transport::WebSocket { .. } => {
-                    super::websocket::run(&self, &mut session, &mut backoff).await
-                }
-            };
-            match end {
-                End::Stopped => break,
-                End::Lost(error) => {
-                    drop(session);
-                    if !self.fail(&mut backoff, &error, None).await {
-                        break;
-                    }
-                }
-            }
-        }
-        self.status().set_state(State::Stopped);
-    }
-
     /// Records a failure and waits out its backoff; false when stopped meanwhile.
     pub(super) async fn fail(
         &self,
@@ -189,12 +139,12 @@ impl Adapter {
 
     /// Waits while the queue is full (state `paused`); false when stopped.
     pub(super) async fn wait_for_room(&self) -> bool {
-        if self.load.overloaded().is_none() {
+        if self.inbox.overloaded().is_none() {
             return true;
         }
         let before = self.status().state();
         self.status().set_state(State::Paused);
-        while self.load.overloaded().is_some() {
+        while self.inbox.overloaded().is_some() {
             if !self.sleep(ROOM_CHECK).await {
                 return false;
             }

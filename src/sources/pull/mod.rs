@@ -30,6 +30,7 @@ mod adapter;
 pub mod backoff;
 pub mod item;
 mod poll;
+mod run;
 pub mod spec;
 pub mod status;
 mod websocket;
@@ -77,12 +78,11 @@ pub(crate) fn start(sources: &Sources, inbox: &Inbox) -> Adapters {
             live: live.clone(),
             spec,
             inbox: inbox.clone(),
-            load: inbox.load(),
             store: store.clone(),
             client: client.clone(),
             stop: stop.clone(),
         };
-        tasks.spawn(adapter.run());
+        tasks.spawn(run::run(adapter));
     }
     Adapters { stop, tasks }
 }

@@ -12,7 +12,7 @@
 //! the table, which stays the authority (races between two new requests with one
 //! key, evicted keys).
 //!
-//! A retry answered from the cache still counts: [`Write::Receipt`] carries it to
+//! A retry answered from the cache still counts: the writer's receipt carries it to
 //! the next batch, where one multi-row UPDATE adds the batch's receipts to
 //! `received_count` and moves `last_received_at`. The 200 does not wait for that
 //! commit (waiting would cost the round trip the cache saves); instead a read of
@@ -26,10 +26,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use sqlx::{QueryBuilder, Sqlite};
 use uuid::Uuid;
 
-use super::writer::{Done, Write};
 use crate::idempotency_cache::IdempotencyCache;
-use crate::model::{Status, Timestamp};
-use crate::store::{EventSummary, StoreError};
+use crate::model::{NewEvent, Status, Timestamp};
+use crate::store::{EventSummary, Inserted};
 
 /// The recent keys of one SQLite store, and the retries counted from them that
 /// the writer has not committed yet.
@@ -90,20 +89,16 @@ pub(super) fn forget(recent: &RecentKeys, events: &[Uuid]) {
     }
 }
 
-/// After the commit of `ops` (with their `results`): remembers every event an
-/// insert created or found, except those whose status the same batch changed
-/// (`changed`, sorted) and events without a key of their own (their key is their
-/// id; nobody retries them).
-pub(super) fn remember(
+/// After a commit: remembers every event an insert created or found (`inserts`:
+/// what was asked, what was found), except those whose status the same batch
+/// changed (`changed`, sorted) and events without a key of their own (their key
+/// is their id; nobody retries them).
+pub(super) fn remember<'a>(
     recent: &RecentKeys,
-    ops: &[Write],
-    results: &[Result<Done, StoreError>],
+    inserts: impl Iterator<Item = (&'a NewEvent, &'a Inserted)>,
     changed: &[Uuid],
 ) {
-    for (op, result) in ops.iter().zip(results) {
-        let (Write::Insert(new, _), Ok(Done::Inserted(inserted))) = (op, result) else {
-            continue;
-        };
+    for (new, inserted) in inserts {
         let event = &inserted.event;
         if changed.binary_search(&event.id).is_ok() {
             continue;
@@ -132,22 +127,16 @@ pub(super) fn remember(
     }
 }
 
-/// How many receipts `ops` holds.
-pub(super) fn receipt_count(ops: &[Write]) -> u64 {
-    ops.iter()
-        .filter(|op| matches!(op, Write::Receipt(..)))
-        .count() as u64
-}
-
-/// The batch's receipts, per event: how many, and the latest arrival.
-pub(super) fn receipts(ops: &[Write]) -> Vec<(Uuid, u32, Timestamp)> {
+/// A batch's receipts (`(event, arrival)`), per event: how many, and the latest
+/// arrival.
+pub(super) fn receipts(
+    arrivals: impl Iterator<Item = (Uuid, Timestamp)>,
+) -> Vec<(Uuid, u32, Timestamp)> {
     let mut per_event: HashMap<Uuid, (u32, Timestamp)> = HashMap::new();
-    for op in ops {
-        if let Write::Receipt(event, at) = op {
-            let entry = per_event.entry(*event).or_insert((0, *at));
-            entry.0 = entry.0.saturating_add(1);
-            entry.1 = entry.1.max(*at);
-        }
+    for (event, at) in arrivals {
+        let entry = per_event.entry(event).or_insert((0, at));
+        entry.0 = entry.0.saturating_add(1);
+        entry.1 = entry.1.max(at);
     }
     let mut all: Vec<_> = per_event
         .into_iter()

@@ -86,7 +86,7 @@ pub(super) async fn run(
             .drain(..)
             .partition(|op| matches!(op, Write::Solo(_)));
         if !batch.is_empty() {
-            let receipts = recent::receipt_count(&batch);
+            let receipts = arrivals(&batch).count() as u64;
             commit_batch(&mut conn, &mut batch, &recent).await;
             recent.settled(receipts);
         }
@@ -196,7 +196,7 @@ async fn commit(
     settles.dedup();
     // Before the commit, so that no retry is answered an older status after it.
     recent::forget(recent, &settles);
-    let receipts = recent::receipts(ops);
+    let receipts = recent::receipts(arrivals(ops));
     let mut script = QueryBuilder::<Sqlite>::new("BEGIN IMMEDIATE;");
     for chunk in events.chunks(ROWS_PER_STATEMENT) {
         insert_events(&mut script, chunk);
@@ -240,7 +240,16 @@ async fn commit(
         Err(e) => Err(e),
     };
     match &committed {
-        Ok(results) => recent::remember(recent, ops, results, &settles),
+        Ok(results) => {
+            let inserts = ops
+                .iter()
+                .zip(results)
+                .filter_map(|(op, result)| match (op, result) {
+                    (Write::Insert(new, _), Ok(Done::Inserted(inserted))) => Some((new, inserted)),
+                    _ => None,
+                });
+            recent::remember(recent, inserts, &settles);
+        }
         Err(_) => {
             // The script stopped at the failing statement, or a later step failed:
             // undo what the transaction began.
@@ -642,6 +651,14 @@ pub(super) async fn save_subscriber(
         .execute(&mut *conn)
         .await?;
     Ok(done.rows_affected() > 0)
+}
+
+/// The receipts among `ops`: each retry's event and arrival.
+fn arrivals(ops: &[Write]) -> impl Iterator<Item = (Uuid, Timestamp)> + '_ {
+    ops.iter().filter_map(|op| match op {
+        Write::Receipt(event, at) => Some((*event, *at)),
+        _ => None,
+    })
 }
 
 #[cfg(test)]
