@@ -58,9 +58,12 @@ pub enum AppError {
     /// The HTTP server failed.
     #[error("http server: {0}")]
     Serve(std::io::Error),
-    /// The delivery client or the subscribers could not be set up.
-    #[error("delivery setup: {0}")]
-    Http(String),
+    /// The HTTP client that delivers could not be built.
+    #[error("delivery setup: the HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+    /// The stored subscribers do not make a routing table.
+    #[error("delivery setup: the stored subscribers: {0}")]
+    Subscribers(#[source] crate::registry::RegistryError),
 }
 
 /// The `DATABASE_URL` forms this build accepts.
@@ -190,12 +193,12 @@ impl App {
     ) -> Result<Self, AppError> {
         let backend = open_backend(&config).await?;
         let guard = Arc::new(TargetGuard::new(config.allowed_targets.clone()));
-        let client = crate::registry::kinds::http::client(guard.clone())
-            .map_err(|e| AppError::Http(e.to_string()))?;
+        let client =
+            crate::registry::kinds::http::client(guard.clone()).map_err(AppError::Client)?;
         let live = LiveRegistry::new(registry, client, guard, policy(&config));
         let (subscribers, version) = backend.store.routing().await?;
         live.reload_at(&subscribers, version)
-            .map_err(|e| AppError::Http(e.to_string()))?;
+            .map_err(AppError::Subscribers)?;
         let registry = Arc::new(live);
         let lifecycle = Arc::new(Lifecycle::default());
         let admission = Admission {

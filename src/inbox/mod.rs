@@ -82,10 +82,10 @@ pub enum InboxError {
     Store(#[from] StoreError),
     /// The change was committed but the routing table could not be rebuilt.
     #[error("the routing table could not be rebuilt: {0}")]
-    Routing(String),
+    Routing(#[from] crate::registry::RegistryError),
     /// The commit task panicked or was cancelled by the runtime's shutdown.
     #[error("the commit task ended abnormally: {0}")]
-    Task(String),
+    Task(#[from] tokio::task::JoinError),
 }
 
 /// The one path in: commits new work and hands it to processing. Cheap to clone.
@@ -105,6 +105,9 @@ struct Parts {
     lanes: Arc<Lanes>,
     /// The sources' key namespaces and shutdown.
     rules: Rules,
+    /// Serialises "read the subscribers, rebuild the table", so that two changes
+    /// that finish together cannot install an older reading over a newer one.
+    reloading: tokio::sync::Mutex<()>,
 }
 
 /// What admission needs to know besides the routing table.
@@ -153,6 +156,7 @@ pub(crate) fn new_inbox(
             namespaces: admission.sources.into_iter().collect(),
             lifecycle: admission.lifecycle,
         },
+        reloading: tokio::sync::Mutex::new(()),
     }))
 }
 
@@ -213,9 +217,7 @@ where
     T: Send + 'static,
     F: Future<Output = Result<T, InboxError>> + Send + 'static,
 {
-    tokio::spawn(work)
-        .await
-        .map_err(|e| InboxError::Task(e.to_string()))?
+    tokio::spawn(work).await.map_err(InboxError::Task)?
 }
 
 /// The ordered deliveries of one new event, lined up in the window's gate while
@@ -297,10 +299,6 @@ impl Drop for Reservation {
         }
     }
 }
-
-/// Serialises "read the subscribers, rebuild the table", so that two changes that
-/// finish together cannot install an older reading over a newer one.
-static RELOADING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// How often an instance sharing PostgreSQL re-reads the subscribers (besides
 /// whenever another instance announces a change).
@@ -478,13 +476,13 @@ impl Inbox {
     /// Rebuilds the routing table from the stored subscribers (one reload at a
     /// time, so that an older reading never replaces a newer one).
     async fn reload_routing(&self) -> Result<(), InboxError> {
-        let _one_at_a_time = RELOADING.lock().await;
+        let _one_at_a_time = self.0.reloading.lock().await;
         let (all, version) = self.0.store.routing().await?;
         self.0
             .registry
             .reload_if_changed(&all, version)
             .map(|_| ())
-            .map_err(|e| InboxError::Routing(e.to_string()))
+            .map_err(InboxError::Routing)
     }
 
     /// Counts a new event in `hookbox_events_received_total` (labelled by the
@@ -541,13 +539,13 @@ impl Inbox {
         let inbox = self.clone();
         detached(async move {
             let outcome = change.await?;
-            let _one_at_a_time = RELOADING.lock().await;
+            let _one_at_a_time = inbox.0.reloading.lock().await;
             let (all, version) = inbox.0.store.routing().await?;
             inbox
                 .0
                 .registry
                 .reload_at(&all, version)
-                .map_err(|e| InboxError::Routing(e.to_string()))?;
+                .map_err(InboxError::Routing)?;
             Ok(outcome)
         })
         .await
@@ -573,7 +571,7 @@ impl Inbox {
             }
             // Under the lock of local changes, so that an older reading never
             // replaces a newer one installed meanwhile.
-            let _one_at_a_time = RELOADING.lock().await;
+            let _one_at_a_time = self.0.reloading.lock().await;
             match self.0.store.routing().await {
                 Ok((now, version)) => {
                     if let Err(e) = self.0.registry.reload_if_changed(&now, version) {

@@ -20,7 +20,6 @@ use crate::processing::lane::Verdict;
 use crate::processing::lanes::{Lanes, Notice, Slot, is_operator_event};
 use crate::processing::queue::{Lease, Queue};
 use crate::redact;
-use crate::registry::kinds::http::recording_status;
 use crate::registry::live::LiveRegistry;
 use crate::registry::{Event, Route};
 use crate::retry::{Decision, Failure, jitter};
@@ -413,8 +412,10 @@ async fn attempt_once(
         task.created_at,
         attempt,
     );
+    let answer = event.answer_status();
     let call = AssertUnwindSafe(route.handler.clone().oneshot(event)).catch_unwind();
-    let (ran, status) = recording_status(tokio::time::timeout(route.policy.timeout, call)).await;
+    let ran = tokio::time::timeout(route.policy.timeout, call).await;
+    let status = answer.get();
     let result = match ran {
         Err(_) => Err(Failure::retryable(format!(
             "timed out after {}",

@@ -15,6 +15,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 use tower::util::BoxCloneSyncService;
@@ -39,6 +40,21 @@ pub struct Event {
     /// This attempt's number, from 1.
     pub attempt: u32,
     payload: Arc<str>,
+    /// Where an http handler leaves the status of the answer it got.
+    answer: AnswerStatus,
+}
+
+/// The HTTP status of the answer to one attempt, which an http handler leaves on
+/// the attempt's [`Event`] (all its clones share it) and the worker records with
+/// the attempt. Empty for other kinds, and when no answer came.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct AnswerStatus(Arc<AtomicU16>);
+
+impl AnswerStatus {
+    /// The status, once an answer came.
+    pub(crate) fn get(&self) -> Option<u16> {
+        Some(self.0.load(Ordering::Acquire)).filter(|s| *s != 0)
+    }
 }
 
 impl Event {
@@ -60,7 +76,18 @@ impl Event {
             created_at,
             attempt,
             payload,
+            answer: AnswerStatus::default(),
         }
+    }
+
+    /// Records the HTTP status of the answer this attempt got (the http kind).
+    pub(crate) fn answered(&self, status: u16) {
+        self.answer.0.store(status, Ordering::Release);
+    }
+
+    /// Where this attempt's answer status will be.
+    pub(crate) fn answer_status(&self) -> AnswerStatus {
+        self.answer.clone()
     }
 
     /// The payload as JSON text (canonical: object keys sorted).

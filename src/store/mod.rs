@@ -39,9 +39,10 @@ pub enum StoreError {
     /// The writer task has stopped (the process is shutting down).
     #[error("the store's writer has stopped")]
     WriterGone,
-    /// The batch this write was committed with failed (the batch's error).
+    /// The batch this write was committed with failed: the batch's error, which
+    /// every write of the batch shares.
     #[error("batched write failed: {0}")]
-    Batch(String),
+    Batch(#[source] Arc<StoreError>),
     /// A stored value that does not parse (a corrupt or foreign row).
     #[error("corrupt row: {0}")]
     Corrupt(String),
@@ -83,6 +84,21 @@ pub struct EventSummary {
     /// /webhooks/{id}` shows it).
     #[serde(skip)]
     pub received_count: u32,
+}
+
+impl EventSummary {
+    /// The summary of `event` as its insert stores it: `pending`, received once.
+    pub(crate) fn fresh(event: &NewEvent) -> Self {
+        Self {
+            id: event.id,
+            idempotency_key: event.idempotency_key.clone(),
+            event_type: event.event_type.clone(),
+            status: Status::Pending,
+            created_at: event.created_at,
+            payload_sha256: event.payload_sha256.clone(),
+            received_count: 1,
+        }
+    }
 }
 
 /// The result of [`Store::insert_event`].

@@ -1,8 +1,10 @@
 //! What the console's overview and dead-letter pages read: counts by status, each
 //! handler's deliveries, a per-minute series of the last hour, and dead letters
-//! under a filter. The types are shared; each backend runs its own SQL
-//! (`sqlite/overview.rs`, `postgres/overview.rs`), since minutes are cut out of
-//! text timestamps on one and `timestamptz` on the other.
+//! under a filter. The SQL, the filter and the decoding of the rows (over
+//! [`RowExt`]) are written here once; each backend only runs them with its own
+//! binds (`sqlite/overview.rs`, `postgres/overview.rs`), and says how a minute is
+//! cut out of a timestamp column ([`series_sql`]): text on one, `timestamptz` on
+//! the other.
 //!
 //! What the series counts (docs/operating.md):
 //! - *received*: events created in that minute;
@@ -12,10 +14,12 @@
 //! - *dead-lettered*: deliveries now `failed` whose last change fell in that
 //!   minute (a dead letter replayed since is no longer counted).
 
-use chrono::{DateTime, NaiveDateTime, Utc};
+use chrono::DateTime;
 use uuid::Uuid;
 
-use crate::model::{Status, Timestamp};
+use crate::model::{DeadLetter, Status, Timestamp};
+use crate::store::rows::{self, RowExt};
+use crate::store::{Page, ReplayFilter, StoreError};
 
 /// How many minutes the series spans.
 pub const SERIES_MINUTES: usize = 60;
@@ -130,11 +134,163 @@ pub(crate) fn v7_floor(t: Timestamp) -> Uuid {
     Uuid::from_bytes(bytes)
 }
 
-/// Parses a minute cut from a stored text timestamp (`2026-11-25T22:44`).
-pub(crate) fn parse_minute(text: &str) -> Option<Timestamp> {
-    NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M")
-        .ok()
-        .map(|t| Timestamp(DateTime::<Utc>::from_naive_utc_and_offset(t, Utc)))
+/// Events by status.
+pub(super) const EVENTS_BY_STATUS: &str =
+    "SELECT status, COUNT(*) AS n FROM events GROUP BY status";
+
+/// Deliveries by handler and status, with their attempts.
+pub(super) const DELIVERIES_BY_HANDLER: &str = "SELECT handler, status, COUNT(*) AS n, \
+     CAST(COALESCE(SUM(attempts), 0) AS BIGINT) AS attempts \
+     FROM deliveries GROUP BY handler, status";
+
+/// The per-minute series' query, with `minute(column)` the backend's expression
+/// for the minute holding a timestamp column (as a timestamp column). Binds: `$1`
+/// the v7 floor of the series' start, `$2` that of an hour earlier, `$3` the
+/// series' start.
+pub(super) fn series_sql(minute: impl Fn(&str) -> String) -> String {
+    let (created, updated) = (minute("created_at"), minute("updated_at"));
+    format!(
+        "SELECT 'r' AS series, {created} AS minute, COUNT(*) AS n \
+           FROM events WHERE id >= $1 GROUP BY 2 \
+         UNION ALL \
+         SELECT 'c', {updated}, COUNT(*) \
+           FROM events WHERE id >= $2 AND status = 'completed' AND updated_at >= $3 \
+           GROUP BY 2 \
+         UNION ALL \
+         SELECT 'd', {updated}, COUNT(*) \
+           FROM deliveries WHERE status = 'failed' AND updated_at >= $3 GROUP BY 2"
+    )
+}
+
+/// The series' start for `now`, and the start of the hour before it (the oldest
+/// events whose completion may fall in the series).
+pub(super) fn series_window(now: Timestamp) -> (Timestamp, Timestamp) {
+    let start = series_start(now);
+    (start, Timestamp(start.0 - chrono::Duration::hours(1)))
+}
+
+fn count(row: &impl RowExt, col: &str) -> Result<u64, StoreError> {
+    Ok(u64::try_from(row.long(col)?).unwrap_or(0))
+}
+
+fn status(row: &impl RowExt) -> Result<Status, StoreError> {
+    let text = row.text("status")?;
+    Status::parse(text).ok_or_else(|| StoreError::Corrupt(format!("status {text:?}")))
+}
+
+/// The overview from the rows of [`EVENTS_BY_STATUS`], [`DELIVERIES_BY_HANDLER`]
+/// and [`series_sql`] for the series starting at `start`.
+pub(super) fn assemble<R: RowExt>(
+    start: Timestamp,
+    by_status: &[R],
+    by_handler: &[R],
+    series: &[R],
+) -> Result<Overview, StoreError> {
+    let mut events = StatusCounts::default();
+    for row in by_status {
+        events.add(status(row)?, count(row, "n")?);
+    }
+    let by_handler = by_handler
+        .iter()
+        .map(|r| {
+            Ok((
+                r.text("handler")?.to_owned(),
+                status(r)?,
+                count(r, "n")?,
+                count(r, "attempts")?,
+            ))
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    let mut counted = Vec::with_capacity(series.len());
+    for r in series {
+        let which = match r.text("series")? {
+            "r" => Series::Received,
+            "c" => Series::Completed,
+            _ => Series::DeadLettered,
+        };
+        counted.push((r.timestamp("minute")?, which, count(r, "n")?));
+    }
+    Ok(Overview {
+        events,
+        handlers: handlers(by_handler),
+        minutes: lay_out(start, counted),
+    })
+}
+
+/// What the dead-letter queries bind, in the backend's types.
+pub(super) trait FilterBinds {
+    /// Appends SQL text.
+    fn sql(&mut self, text: &str);
+    /// Appends a bound uuid.
+    fn uuid(&mut self, id: Uuid);
+    /// Appends a bound text.
+    fn text(&mut self, text: &str);
+    /// Appends a bound timestamp.
+    fn time(&mut self, at: Timestamp);
+    /// Appends a bound integer.
+    fn int(&mut self, n: i64);
+}
+
+/// The dead letters' columns and join, before [`push_filter`].
+pub(super) const DEAD_LETTERS_FROM: &str = "SELECT d.id, d.handler, d.status, d.attempts, \
+     d.last_error, d.updated_at, e.id AS event_id, e.idempotency_key, e.event_type, \
+     e.status AS event_status, e.created_at, e.payload \
+     FROM deliveries d JOIN events e ON e.id = d.event_id";
+
+/// Their count, before [`push_filter`].
+pub(super) const DEAD_LETTERS_COUNT: &str =
+    "SELECT COUNT(*) AS n FROM deliveries d JOIN events e ON e.id = d.event_id";
+
+/// `WHERE` conditions selecting the failed deliveries `d` of events `e` that
+/// `filter` names — the same selection as the replay.
+pub(super) fn push_filter(q: &mut impl FilterBinds, filter: &ReplayFilter) {
+    q.sql(" WHERE d.status = 'failed'");
+    if let Some(event) = filter.event {
+        q.sql(" AND e.id = ");
+        q.uuid(event);
+    }
+    if let Some(t) = &filter.event_type {
+        q.sql(" AND e.event_type = ");
+        q.text(t);
+    }
+    if let Some(before) = filter.before {
+        q.sql(" AND e.created_at < ");
+        q.time(before);
+    }
+    if let Some(h) = &filter.handler {
+        q.sql(" AND d.handler = ");
+        q.text(h);
+    }
+}
+
+/// After [`DEAD_LETTERS_FROM`] and [`push_filter`]: the page before the dead
+/// letter `before`, newest first, one more than `limit` (to know whether there is
+/// a next page).
+pub(super) fn push_page(q: &mut impl FilterBinds, limit: u32, before: Option<Uuid>) {
+    if let Some(before) = before {
+        q.sql(" AND d.id < ");
+        q.uuid(before);
+    }
+    q.sql(" ORDER BY d.id DESC LIMIT ");
+    q.int(i64::from(limit) + 1);
+}
+
+/// The page of dead letters from the rows [`push_page`] asked for.
+pub(super) fn dead_letter_page(
+    fetched: &[impl RowExt],
+    limit: u32,
+) -> Result<Page<DeadLetter>, StoreError> {
+    let mut items = fetched
+        .iter()
+        .map(rows::dead_letter)
+        .collect::<Result<Vec<_>, _>>()?;
+    let next_cursor = crate::store::cut_page(&mut items, limit, |x| x.id);
+    Ok(Page { items, next_cursor })
+}
+
+/// The count from the row of [`DEAD_LETTERS_COUNT`].
+pub(super) fn dead_letter_count(row: &impl RowExt) -> Result<u64, StoreError> {
+    count(row, "n")
 }
 
 /// Lays counted rows (minute, series, count) out as [`SERIES_MINUTES`] minutes
@@ -211,7 +367,7 @@ mod tests {
         let now = Timestamp::parse("2026-11-25T22:44:57.123Z").expect("time");
         let start = series_start(now);
         assert_eq!(start.to_rfc3339(), "2026-11-25T21:45:00.000Z");
-        let at = |s: &str| parse_minute(s).expect("minute");
+        let at = |s: &str| Timestamp::parse(&format!("{s}:00Z")).expect("minute");
         let minutes = lay_out(
             start,
             [

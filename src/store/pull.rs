@@ -1,4 +1,4 @@
-//! What pull sources (SPEC §7) keep in the database: each source's cursor, and the
+//! What pull sources keep in the database: each source's cursor, and the
 //! commit that stores a batch of fetched events *and* the cursor after them in one
 //! transaction, so that the cursor never runs ahead of the events it covers.
 //!

@@ -1,4 +1,4 @@
-//! Pull sources (SPEC §7) against real upstreams that the tests start: an axum
+//! Pull sources (docs/sources.md) against real upstreams that the tests start: an axum
 //! server paging a list by cursor, and a tokio-tungstenite server streaming
 //! messages after the cursor a subscribe message names.
 

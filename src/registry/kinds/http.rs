@@ -9,11 +9,9 @@
 //! signing secrets hidden should the receiver repeat them. Redirects are not
 //! followed.
 //!
-//! The answer's status is also told to the worker running the attempt, for its row
-//! in the attempt history ([`recording_status`]).
+//! The answer's status is also left on the attempt's [`Event`] for the worker
+//! running it, for its row in the attempt history.
 
-use std::cell::Cell;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -52,23 +50,6 @@ pub fn client(guard: Arc<TargetGuard>) -> Result<Client, reqwest::Error> {
         .user_agent(concat!("hookbox/", env!("CARGO_PKG_VERSION")))
         .dns_resolver(guard)
         .build()
-}
-
-tokio::task_local! {
-    /// The HTTP status of the answer to the attempt this task runs, if any.
-    static ANSWER_STATUS: Cell<Option<u16>>;
-}
-
-/// Runs `attempt` (a call of a handler, in this task) and returns its result with
-/// the HTTP status an http handler got for it (`None` for other kinds, and when no
-/// answer came).
-pub(crate) async fn recording_status<F: Future>(attempt: F) -> (F::Output, Option<u16>) {
-    ANSWER_STATUS
-        .scope(Cell::new(None), async move {
-            let output = attempt.await;
-            (output, ANSWER_STATUS.with(Cell::get))
-        })
-        .await
 }
 
 /// A handler that delivers to `target` with `client`.
@@ -150,8 +131,7 @@ async fn deliver(
         .await
         .map_err(|e| HandlerError::Retry(format!("request failed: {}", without_url(e))))?;
     let status = res.status();
-    // Outside an attempt's scope (a handler called directly) there is no one to tell.
-    let _ = ANSWER_STATUS.try_with(|s| s.set(Some(status.as_u16())));
+    event.answered(status.as_u16());
     if status.is_success() {
         return Ok(());
     }

@@ -1,4 +1,4 @@
-//! Pull sources (SPEC §7): adapters that fetch events from systems that do not
+//! Pull sources (docs/sources.md): adapters that fetch events from systems that do not
 //! push — a REST API paged by a cursor (`kind = "poll"`, [`poll`]) or a WebSocket
 //! stream (`kind = "websocket"`, [`websocket`]).
 //!

@@ -174,20 +174,19 @@ async fn commit(pool: &PgPool, owner: &str, mut batch: Vec<Request>) {
         // gets the error, at once.
         Err(e) if batch.len() == 1 || !refused(&e) => {
             warn!(error = %e, size = batch.len(), "could not store events");
-            let text = e.to_string();
-            let mut first = Some(e);
+            let shared = Arc::new(e);
             for (_, reply) in batch.drain(..) {
-                let e = first
-                    .take()
-                    .unwrap_or_else(|| StoreError::Batch(text.clone()));
-                let _ = reply.send(Err(e));
+                let _ = reply.send(Err(StoreError::Batch(shared.clone())));
             }
         }
         Err(e) => {
             warn!(error = %e, size = batch.len(), "intake batch failed; storing one by one");
+            let shared = Arc::new(e);
             for (event, reply) in batch.drain(..) {
                 let answer = match insert(pool, owner, &[&event]).await {
-                    Ok(mut one) => one.pop().unwrap_or(Err(StoreError::Batch(e.to_string()))),
+                    Ok(mut one) => one
+                        .pop()
+                        .unwrap_or_else(|| Err(StoreError::Batch(shared.clone()))),
                     Err(e) => Err(e),
                 };
                 let _ = reply.send(answer);
@@ -324,15 +323,7 @@ fn answer(
 ) -> Result<Inserted, StoreError> {
     match stored.remove(&event.idempotency_key) {
         Some(stored) if stored.id == event.id => Ok(Inserted {
-            event: EventSummary {
-                id: event.id,
-                idempotency_key: event.idempotency_key.clone(),
-                event_type: event.event_type.clone(),
-                status: Status::Pending,
-                created_at: event.created_at,
-                payload_sha256: event.payload_sha256.clone(),
-                received_count: 1,
-            },
+            event: EventSummary::fresh(event),
             created: true,
         }),
         // A retry, counted on the event that holds the key.

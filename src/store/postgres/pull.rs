@@ -174,15 +174,7 @@ async fn insert(conn: &mut PgConnection, event: &NewEvent) -> Result<Inserted, S
         .await?;
     match row.as_ref().map(rows::summary).transpose()? {
         Some(stored) if stored.id == event.id => Ok(Inserted {
-            event: EventSummary {
-                id: event.id,
-                idempotency_key: event.idempotency_key.clone(),
-                event_type: event.event_type.clone(),
-                status: Status::Pending,
-                created_at: event.created_at,
-                payload_sha256: event.payload_sha256.clone(),
-                received_count: 1,
-            },
+            event: EventSummary::fresh(event),
             created: true,
         }),
         Some(stored) => Ok(Inserted {

@@ -12,8 +12,8 @@ use crate::store::StoreError;
 use crate::store::rows::{DELIVERY_VIEW_COLUMNS, RowExt, attach};
 
 pub(super) use crate::store::rows::{
-    ATTEMPT_COLUMNS, ATTEMPT_ORDER, EVENT_COLUMNS, SUMMARY_COLUMNS, attempt, dead_letter,
-    delivery_task, event_view, subscriber, summary,
+    ATTEMPT_COLUMNS, ATTEMPT_ORDER, EVENT_COLUMNS, SUMMARY_COLUMNS, attempt, delivery_task,
+    event_view, subscriber, summary,
 };
 
 /// Columns of a delivery joined with its event (`d` and `e`) for a

@@ -10,14 +10,13 @@ use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 use super::SqliteStore;
 use super::writer::{
     self, ROWS_PER_STATEMENT, count_receipts, find_keys, insert_deliveries, insert_events,
-    summary_of,
 };
 use crate::model::{NewDelivery, NewEvent, Timestamp};
 use crate::store::pull::{
     CursorRow, PullBatch, PullStore, SourceLease, cursor_row, source_marks, sql,
 };
 use crate::store::rows::RowExt;
-use crate::store::{Inserted, StoreError};
+use crate::store::{EventSummary, Inserted, StoreError};
 
 #[async_trait]
 impl PullStore for SqliteStore {
@@ -150,7 +149,7 @@ async fn apply(
                 created: false,
             },
             _ => Inserted {
-                event: summary_of(e),
+                event: EventSummary::fresh(e),
                 created: true,
             },
         })

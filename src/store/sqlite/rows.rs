@@ -10,8 +10,8 @@ use crate::store::StoreError;
 use crate::store::rows::{DELIVERY_VIEW_COLUMNS, RowExt, attach, parse_time, parse_uuid};
 
 pub(super) use crate::store::rows::{
-    ATTEMPT_COLUMNS, ATTEMPT_ORDER, EVENT_COLUMNS, SUMMARY_COLUMNS, attempt, dead_letter,
-    delivery_task, event_view, subscriber, summary,
+    ATTEMPT_COLUMNS, ATTEMPT_ORDER, EVENT_COLUMNS, SUMMARY_COLUMNS, attempt, delivery_task,
+    event_view, subscriber, summary,
 };
 
 impl RowExt for SqliteRow {

@@ -302,7 +302,7 @@ async fn settle_inserts(
                     .is_none_or(|stored| stored.id == e.id) =>
             {
                 Ok(Done::Inserted(Inserted {
-                    event: summary_of(e),
+                    event: EventSummary::fresh(e),
                     created: true,
                 }))
             }
@@ -429,18 +429,6 @@ fn settle(script: &mut QueryBuilder<Sqlite>, events: &[Uuid]) {
         list.push_bind(id.to_string());
     }
     script.push(");");
-}
-
-pub(super) fn summary_of(e: &NewEvent) -> EventSummary {
-    EventSummary {
-        id: e.id,
-        idempotency_key: e.idempotency_key.clone(),
-        event_type: e.event_type.clone(),
-        status: Status::Pending,
-        created_at: e.created_at,
-        payload_sha256: e.payload_sha256.clone(),
-        received_count: 1,
-    }
 }
 
 /// Counts the retries of a batch: every new event whose key was taken by an event
