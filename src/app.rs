@@ -115,6 +115,16 @@ pub async fn open_backend(config: &Config) -> Result<Backend, AppError> {
     ))
 }
 
+/// The OpenAPI document of the HTTP API, as pretty-printed JSON (what `hookbox
+/// openapi` prints and `GET /openapi.json` serves).
+///
+/// ```
+/// assert!(hookbox::app::openapi_json().contains("/webhooks/{id}/attempts"));
+/// ```
+pub fn openapi_json() -> String {
+    crate::api::openapi::json()
+}
+
 /// Opens the store a configuration names (and applies its migrations).
 pub async fn open_store(config: &Config) -> Result<Arc<dyn Store>, AppError> {
     Ok(open_backend(config).await?.store)

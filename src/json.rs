@@ -15,25 +15,16 @@
 //! whitespace and string escapes. An object with a key twice is refused: which of
 //! the two values it meant is ambiguous. Nesting deeper than [`MAX_DEPTH`] is
 //! refused too.
-//!
-//! ```
-//! use hookbox::json;
-//!
-//! let text = json::canonical(r#"{ "b": [1.50, "\u00e9"], "a": 12345678901234567890123 }"#).unwrap();
-//! assert_eq!(text, r#"{"a":12345678901234567890123,"b":[1.50,"é"]}"#);
-//! assert_eq!(json::pointer(&text, "/b/0"), Some("1.50"));
-//! assert!(json::canonical(r#"{"a": 1, "a": 2}"#).is_err());
-//! ```
 
 use std::borrow::Cow;
 
 /// Deepest nesting of arrays and objects accepted (serde_json's own limit).
-pub const MAX_DEPTH: usize = 128;
+pub(crate) const MAX_DEPTH: usize = 128;
 
 /// Why a text is not acceptable JSON.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message} at byte {offset}")]
-pub struct JsonError {
+pub(crate) struct JsonError {
     /// What is wrong.
     pub message: Cow<'static, str>,
     /// Where, in bytes from the start of the text.
@@ -42,7 +33,7 @@ pub struct JsonError {
 
 /// The canonical text of the one JSON value in `text` (surrounding whitespace
 /// allowed).
-pub fn canonical(text: &str) -> Result<String, JsonError> {
+pub(crate) fn canonical(text: &str) -> Result<String, JsonError> {
     let mut parser = Parser::new(text);
     let mut out = String::with_capacity(text.len());
     parser.value(&mut out)?;
@@ -53,7 +44,7 @@ pub fn canonical(text: &str) -> Result<String, JsonError> {
 /// The members of the JSON object in `text`, in the order sent, each value as its
 /// canonical text; `None` when `text` is valid JSON but not an object. Refuses a key
 /// sent twice.
-pub fn canonical_members(text: &str) -> Result<Option<Vec<(String, String)>>, JsonError> {
+pub(crate) fn canonical_members(text: &str) -> Result<Option<Vec<(String, String)>>, JsonError> {
     let mut parser = Parser::new(text);
     parser.skip_whitespace();
     if parser.peek() != Some(b'{') {
@@ -79,7 +70,7 @@ pub fn canonical_members(text: &str) -> Result<Option<Vec<(String, String)>>, Js
 
 /// The text of the value that the JSON pointer `pointer` (RFC 6901) names in the
 /// valid JSON `text` (such as [`canonical`]'s output), or `None`.
-pub fn pointer<'t>(text: &'t str, pointer: &str) -> Option<&'t str> {
+pub(crate) fn pointer<'t>(text: &'t str, pointer: &str) -> Option<&'t str> {
     let mut parser = Parser::new(text);
     parser.skip_whitespace();
     if pointer.is_empty() {
@@ -104,7 +95,7 @@ pub fn pointer<'t>(text: &'t str, pointer: &str) -> Option<&'t str> {
 
 /// The string a JSON string literal (`"…"`, escapes allowed) stands for, or `None`
 /// when `literal` is not one.
-pub fn string_value(literal: &str) -> Option<String> {
+pub(crate) fn string_value(literal: &str) -> Option<String> {
     let mut parser = Parser::new(literal);
     let s = parser.string().ok()?.into_owned();
     parser.end().ok()?;
@@ -507,6 +498,18 @@ mod props;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The item's worked example (it is crate-private, so no doc test).
+    #[test]
+    fn the_module_example() {
+        use crate::json;
+
+        let text =
+            json::canonical(r#"{ "b": [1.50, "\u00e9"], "a": 12345678901234567890123 }"#).unwrap();
+        assert_eq!(text, r#"{"a":12345678901234567890123,"b":[1.50,"é"]}"#);
+        assert_eq!(json::pointer(&text, "/b/0"), Some("1.50"));
+        assert!(json::canonical(r#"{"a": 1, "a": 2}"#).is_err());
+    }
 
     #[test]
     fn numbers_are_kept_as_sent() {

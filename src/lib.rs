@@ -27,11 +27,14 @@
 //! - [`layers`]: tower layers that work around *any* HTTP service — backpressure,
 //!   idempotency keys, metrics, request ids and tracing (`cargo run --example
 //!   layers` puts them around a small payments API).
+//! - [`sources`]: source manifests (`sources::manifest::load_dir`), for
+//!   [`App::bind_with_sources`](app::App::bind_with_sources).
+//! - [`telemetry`]: logging and the Prometheus recorder, as the binary sets them up.
 //!
-//! The rest is how the service is built: [`inbox`] commits and hands work to
-//! processing, [`api`] holds the routes and [`state`] what they share, [`server`] the HTTP front door (timeouts,
-//! header size, connection limit). Processing itself — the queue, retry timer,
-//! ordering gate, PostgreSQL claims and the workers — is internal to the crate.
+//! The rest is how the service is built, and internal to the crate (see
+//! docs/architecture.md): the inbox (the one path in), the HTTP API and the
+//! console, processing (the queue, the window or the claims, destinations' lanes,
+//! the workers), the HTTP front door.
 //!
 //! ```no_run
 //! use hookbox::{app, config::Config};
@@ -54,28 +57,28 @@
 
 #![forbid(unsafe_code)]
 
-pub mod api;
+pub(crate) mod api;
 pub mod app;
 pub mod config;
-pub mod console;
+pub(crate) mod console;
 pub(crate) mod idempotency_cache;
-pub mod inbox;
-pub mod json;
-pub mod lifecycle;
+pub(crate) mod inbox;
+pub(crate) mod json;
+pub(crate) mod lifecycle;
 /// hookbox's HTTP layers, from the stand-alone `hookbox-layers` crate
 /// (crates/hookbox-layers): the same paths as before it moved out.
 pub use hookbox_layers as layers;
 pub mod model;
 pub(crate) mod operator;
 pub(crate) mod processing;
-pub mod redact;
+pub(crate) mod redact;
 pub mod registry;
-pub mod retention;
+pub(crate) mod retention;
 pub mod retry;
-pub mod server;
-pub mod signing;
+pub(crate) mod server;
+pub(crate) mod signing;
 pub mod sources;
-pub mod ssrf;
-pub mod state;
+pub(crate) mod ssrf;
+pub(crate) mod state;
 pub mod store;
 pub mod telemetry;

@@ -1,12 +1,5 @@
 //! Readiness and shutdown: two flags that the probes, intake and the background
 //! tasks read.
-//!
-//! ```
-//! use hookbox::lifecycle::Lifecycle;
-//!
-//! let lifecycle = Lifecycle::default();
-//! assert!(!lifecycle.is_ready() && !lifecycle.is_draining());
-//! ```
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -36,5 +29,17 @@ impl Lifecycle {
     /// Shutdown has begun: `/ready` and intake answer 503.
     pub(crate) fn set_draining(&self) {
         self.draining.store(true, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The item's worked example (it is crate-private, so no doc test).
+    #[test]
+    fn the_module_example() {
+        use crate::lifecycle::Lifecycle;
+
+        let lifecycle = Lifecycle::default();
+        assert!(!lifecycle.is_ready() && !lifecycle.is_draining());
     }
 }

@@ -84,7 +84,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // The API's description needs no configuration (nor a valid one).
     if matches!(cli.command, Some(Command::Openapi)) {
-        println!("{}", hookbox::api::openapi::json());
+        println!("{}", hookbox::app::openapi_json());
         return ExitCode::SUCCESS;
     }
     let config = match Config::load() {

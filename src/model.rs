@@ -178,7 +178,7 @@ pub struct NewEvent {
     /// `deliveries` was built from (PostgreSQL refuses the commit when the
     /// subscribers changed since: [`StoreError::StaleRouting`](crate::store::StoreError)).
     pub routing_version: u64,
-    /// Set by [`Inbox::accept`](crate::inbox::Inbox::accept) when this instance's
+    /// Set by `Inbox::accept` when this instance's
     /// workers have room and nothing older is due (PostgreSQL): the deliveries
     /// without an ordering value are stored already claimed by this instance, under
     /// a lease this long, and go straight to its workers — no claim for them.

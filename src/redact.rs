@@ -2,36 +2,25 @@
 //! receiver's answer or a program's stderr may repeat a URL with its
 //! `user:password@`, the `Authorization` header made of them, or a value of the
 //! environment the program was given.
-//!
-//! ```
-//! use hookbox::redact::{Redactions, strip_url_credentials};
-//!
-//! assert_eq!(
-//!     strip_url_credentials("GET http://bob:hunter2@127.0.0.1:9/x failed"),
-//!     "GET http://127.0.0.1:9/x failed"
-//! );
-//! let hide = Redactions::new(["hunter2"]);
-//! assert_eq!(hide.apply("password hunter2 refused"), "password [redacted] refused");
-//! ```
 
 use std::borrow::Cow;
 
 /// What replaces a hidden value.
-pub const REDACTED: &str = "[redacted]";
+pub(crate) const REDACTED: &str = "[redacted]";
 
 /// Values that never appear in a stored error: each occurrence becomes
 /// [`REDACTED`]. Values shorter than [`Redactions::MIN_LEN`] are not hidden (they
 /// would blank out ordinary words and digits).
 #[derive(Debug, Clone, Default)]
-pub struct Redactions(Vec<String>);
+pub(crate) struct Redactions(Vec<String>);
 
 impl Redactions {
     /// Shortest value hidden.
-    pub const MIN_LEN: usize = 4;
+    pub(crate) const MIN_LEN: usize = 4;
 
     /// Hides these values (longest first, so a value that contains another goes
     /// whole).
-    pub fn new<I, S>(values: I) -> Self
+    pub(crate) fn new<I, S>(values: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
@@ -48,7 +37,7 @@ impl Redactions {
 
     /// The credentials of a URL as they may travel: the password, `user:password`,
     /// and the base64 of `user:password` that basic authentication sends.
-    pub fn of_url(url: &url::Url) -> Self {
+    pub(crate) fn of_url(url: &url::Url) -> Self {
         use base64::Engine as _;
         let Some(password) = url.password() else {
             return Self::default();
@@ -62,13 +51,13 @@ impl Redactions {
 
     /// Adds more values to hide.
     #[must_use]
-    pub fn and(mut self, other: Self) -> Self {
+    pub(crate) fn and(mut self, other: Self) -> Self {
         self.0.extend(other.0);
         Self::new(self.0)
     }
 
     /// `text` with every hidden value replaced.
-    pub fn apply<'a>(&self, text: &'a str) -> Cow<'a, str> {
+    pub(crate) fn apply<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let mut out = Cow::Borrowed(text);
         for value in &self.0 {
             if out.contains(value.as_str()) {
@@ -98,7 +87,7 @@ fn percent_encoding_decode(s: &str) -> Option<String> {
 }
 
 /// `text` with the `user:password@` (or `user@`) of every URL in it removed.
-pub fn strip_url_credentials(text: &str) -> Cow<'_, str> {
+pub(crate) fn strip_url_credentials(text: &str) -> Cow<'_, str> {
     if !text.contains("://") {
         return Cow::Borrowed(text);
     }
@@ -126,7 +115,7 @@ pub fn strip_url_credentials(text: &str) -> Cow<'_, str> {
 
 /// An attempt's error as the attempt history keeps it: URL credentials stripped,
 /// cut to at most `max` bytes (at a character boundary).
-pub fn attempt_error(message: &str, max: usize) -> String {
+pub(crate) fn attempt_error(message: &str, max: usize) -> String {
     let clean = strip_url_credentials(message);
     let mut cut = clean.len().min(max);
     while !clean.is_char_boundary(cut) {
@@ -138,6 +127,22 @@ pub fn attempt_error(message: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The item's worked example (it is crate-private, so no doc test).
+    #[test]
+    fn the_module_example() {
+        use crate::redact::{Redactions, strip_url_credentials};
+
+        assert_eq!(
+            strip_url_credentials("GET http://bob:hunter2@127.0.0.1:9/x failed"),
+            "GET http://127.0.0.1:9/x failed"
+        );
+        let hide = Redactions::new(["hunter2"]);
+        assert_eq!(
+            hide.apply("password hunter2 refused"),
+            "password [redacted] refused"
+        );
+    }
 
     #[test]
     fn url_credentials_are_stripped_wherever_they_are() {

@@ -11,10 +11,10 @@ use crate::model::Timestamp;
 use crate::store::{Store, StoreError};
 
 /// Rows deleted per transaction.
-pub const BATCH: u32 = 1000;
+pub(crate) const BATCH: u32 = 1000;
 
 /// Deletes every terminal event created before `cutoff`, batch by batch.
-pub async fn purge_before(store: &dyn Store, cutoff: Timestamp) -> Result<u64, StoreError> {
+pub(crate) async fn purge_before(store: &dyn Store, cutoff: Timestamp) -> Result<u64, StoreError> {
     let mut total = 0;
     loop {
         let n = store.purge(cutoff, BATCH).await?;
@@ -27,7 +27,7 @@ pub async fn purge_before(store: &dyn Store, cutoff: Timestamp) -> Result<u64, S
 }
 
 /// Runs retention forever (the first run one interval after start).
-pub async fn run(store: Arc<dyn Store>, retention_days: f64, interval: Duration) {
+pub(crate) async fn run(store: Arc<dyn Store>, retention_days: f64, interval: Duration) {
     let keep = Duration::try_from_secs_f64(retention_days * 86_400.0).unwrap_or(Duration::MAX);
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -38,15 +38,15 @@ use tracing::{debug, error};
 /// How long a client may take to send a request's header section, counted from
 /// the accept or from the end of the previous response (so also the idle
 /// keep-alive timeout).
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The largest request header section (request line and headers) served; a larger
 /// one gets 431.
-pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_HEADER_BYTES: usize = 16 * 1024;
 
 /// The front door's limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Open connections at most (`MAX_CONNECTIONS`).
     pub max_connections: usize,
     /// See [`HEADER_READ_TIMEOUT`].
@@ -57,7 +57,7 @@ pub struct Limits {
 
 impl Limits {
     /// The default timeouts and sizes with at most `max_connections` connections.
-    pub fn new(max_connections: usize) -> Self {
+    pub(crate) fn new(max_connections: usize) -> Self {
         Self {
             max_connections,
             header_read_timeout: HEADER_READ_TIMEOUT,
@@ -69,7 +69,7 @@ impl Limits {
 /// Serves `router` on `listener` within `limits` until `shutdown` resolves, then
 /// closes the listener and returns once every open connection has finished (see the
 /// module docs).
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     router: Router,
     limits: Limits,

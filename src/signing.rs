@@ -1,16 +1,6 @@
 //! Standard Webhooks signatures: `webhook-signature: v1,<base64 HMAC-SHA256 of
 //! "{id}.{timestamp}.{body}">`, keyed with the base64 part of a `whsec_` secret.
 //! Several secrets (during rotation) give several space-separated signatures.
-//!
-//! ```
-//! use hookbox::signing::{Secret, sign, verify};
-//!
-//! let secret = Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").expect("valid");
-//! let header = sign(&[secret.clone()], "msg_1", 1_700_000_000, b"{\"a\":1}");
-//! assert!(header.starts_with("v1,"));
-//! assert!(verify(&secret, "msg_1", 1_700_000_000, b"{\"a\":1}", &header));
-//! assert!(!verify(&secret, "msg_1", 1_700_000_000, b"{\"a\":2}", &header));
-//! ```
 
 use std::fmt;
 
@@ -83,7 +73,7 @@ impl Secret {
 }
 
 /// The `webhook-signature` header value: one `v1,<sig>` per secret.
-pub fn sign(secrets: &[Secret], id: &str, timestamp: i64, body: &[u8]) -> String {
+pub(crate) fn sign(secrets: &[Secret], id: &str, timestamp: i64, body: &[u8]) -> String {
     secrets
         .iter()
         .map(|s| format!("v1,{}", s.mac(id, timestamp, body)))
@@ -92,7 +82,8 @@ pub fn sign(secrets: &[Secret], id: &str, timestamp: i64, body: &[u8]) -> String
 }
 
 /// True when one of the header's `v1` signatures matches (constant-time compare).
-pub fn verify(secret: &Secret, id: &str, timestamp: i64, body: &[u8], header: &str) -> bool {
+#[cfg(test)]
+pub(crate) fn verify(secret: &Secret, id: &str, timestamp: i64, body: &[u8], header: &str) -> bool {
     use subtle::ConstantTimeEq;
     let expected = secret.mac(id, timestamp, body);
     header
@@ -105,6 +96,35 @@ pub fn verify(secret: &Secret, id: &str, timestamp: i64, body: &[u8], header: &s
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// The item's worked example (it is crate-private, so no doc test).
+    #[test]
+    fn the_module_example() {
+        use crate::signing::{Secret, sign, verify};
+
+        let secret = Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").expect("valid");
+        let header = sign(
+            std::slice::from_ref(&secret),
+            "msg_1",
+            1_700_000_000,
+            b"{\"a\":1}",
+        );
+        assert!(header.starts_with("v1,"));
+        assert!(verify(
+            &secret,
+            "msg_1",
+            1_700_000_000,
+            b"{\"a\":1}",
+            &header
+        ));
+        assert!(!verify(
+            &secret,
+            "msg_1",
+            1_700_000_000,
+            b"{\"a\":2}",
+            &header
+        ));
+    }
 
     /// Standard Webhooks verification written here from the specification with the
     /// hmac, sha2 and base64 crates, not with this module's code: base64 of

@@ -9,14 +9,6 @@
 //! are checked on every address DNS returns, at delivery time, by the HTTP client's
 //! resolver ([`TargetGuard`] implements [`reqwest::dns::Resolve`]), so a name that
 //! later resolves to an internal address is refused too.
-//!
-//! ```
-//! use hookbox::ssrf::TargetGuard;
-//! let guard = TargetGuard::new(vec!["127.0.0.0/8".parse().expect("cidr")]);
-//! assert!(guard.check_ip("127.0.0.1".parse().expect("ip")).is_ok());
-//! assert!(guard.check_ip("169.254.169.254".parse().expect("ip")).is_err());
-//! assert!(guard.check_ip("93.184.216.34".parse().expect("ip")).is_ok());
-//! ```
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -98,7 +90,7 @@ impl Resolve for TargetGuard {
 }
 
 /// True for every address a webhook must not reach by default.
-pub fn is_internal(ip: IpAddr) -> bool {
+pub(crate) fn is_internal(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_internal_v4(v4),
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -140,6 +132,20 @@ fn is_internal_v6(ip: Ipv6Addr) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The item's worked example (it is crate-private, so no doc test).
+    #[test]
+    fn the_module_example() {
+        use crate::ssrf::TargetGuard;
+        let guard = TargetGuard::new(vec!["127.0.0.0/8".parse().expect("cidr")]);
+        assert!(guard.check_ip("127.0.0.1".parse().expect("ip")).is_ok());
+        assert!(
+            guard
+                .check_ip("169.254.169.254".parse().expect("ip"))
+                .is_err()
+        );
+        assert!(guard.check_ip("93.184.216.34".parse().expect("ip")).is_ok());
+    }
 
     #[test]
     fn internal_addresses_are_refused() {

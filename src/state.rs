@@ -15,7 +15,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::config::Secret;
 use crate::inbox::Inbox;
-pub use crate::lifecycle::Lifecycle;
+pub(crate) use crate::lifecycle::Lifecycle;
 use crate::registry::live::LiveRegistry;
 use crate::sources::live::Sources;
 use crate::store::Store;
@@ -38,7 +38,7 @@ impl AdminToken {
 
 /// What intake reads of the configuration.
 #[derive(Debug, Clone, Copy)]
-pub struct IntakeSettings {
+pub(crate) struct IntakeSettings {
     /// `REQUIRE_IDEMPOTENCY_KEY`.
     pub require_idempotency_key: bool,
     /// `MAX_BODY_BYTES`.

@@ -12,7 +12,7 @@ use crate::api::problem::Problem;
 use crate::state::AdminToken;
 
 /// Ok when no token is configured or the request carries it.
-pub fn require_admin(admin: &AdminToken, headers: &HeaderMap) -> Result<(), Problem> {
+pub(crate) fn require_admin(admin: &AdminToken, headers: &HeaderMap) -> Result<(), Problem> {
     let Some(token) = admin.secret() else {
         return Ok(());
     };
@@ -35,7 +35,7 @@ pub fn require_admin(admin: &AdminToken, headers: &HeaderMap) -> Result<(), Prob
 }
 
 /// Middleware for routes that are admin-only as a whole.
-pub async fn admin_only(
+pub(crate) async fn admin_only(
     State(admin): State<AdminToken>,
     req: Request,
     next: Next,

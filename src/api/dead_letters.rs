@@ -36,7 +36,7 @@ use crate::store::{Page, PendingDelivery, ReplayFilter, Store};
         (status = 400, description = "`invalid_query`", content_type = "application/problem+json", body = Problem),
     )
 )]
-pub async fn list(
+pub(crate) async fn list(
     State(store): State<Arc<dyn Store>>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Response, Problem> {
@@ -75,7 +75,7 @@ async fn replay(inbox: &Inbox, filter: ReplayFilter) -> Result<Vec<PendingDelive
         (status = 409, description = "`not_failed`: nothing to replay", content_type = "application/problem+json", body = Problem),
     )
 )]
-pub async fn replay_event(
+pub(crate) async fn replay_event(
     State(inbox): State<Inbox>,
     State(store): State<Arc<dyn Store>>,
     Path(id): Path<String>,
@@ -105,7 +105,7 @@ pub async fn replay_event(
 /// The body of `POST /dead-letters/replay` (all optional; none = every dead letter).
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct BulkReplay {
+pub(crate) struct BulkReplay {
     /// Only events of this type.
     event_type: Option<String>,
     /// Only this handler's deliveries.
@@ -116,7 +116,7 @@ pub struct BulkReplay {
 
 /// The answer of `POST /dead-letters/replay`.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
-pub struct Replayed {
+pub(crate) struct Replayed {
     /// How many deliveries are pending again.
     pub replayed: usize,
 }
@@ -133,7 +133,10 @@ pub struct Replayed {
         (status = 422, description = "`invalid_filter`", content_type = "application/problem+json", body = Problem),
     )
 )]
-pub async fn replay_bulk(State(inbox): State<Inbox>, body: Bytes) -> Result<Response, Problem> {
+pub(crate) async fn replay_bulk(
+    State(inbox): State<Inbox>,
+    body: Bytes,
+) -> Result<Response, Problem> {
     let req: BulkReplay = if body.iter().all(u8::is_ascii_whitespace) {
         BulkReplay::default()
     } else {

@@ -22,7 +22,7 @@ use crate::store::{DestinationBacklog, Store};
 
 /// One destination as the API shows it.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct Destination {
+pub(crate) struct Destination {
     /// The handler's name.
     name: String,
     /// `http`, `exec`, `log`, `rust` or `subscriber`.
@@ -52,7 +52,7 @@ pub struct Destination {
 
 /// `{items: [...]}`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct Destinations {
+pub(crate) struct Destinations {
     /// Every destination, by name.
     items: Vec<Destination>,
 }
@@ -93,7 +93,7 @@ async fn backlog(store: &dyn Store) -> Result<Vec<DestinationBacklog>, Problem> 
         (status = 503, description = "`unavailable`", content_type = "application/problem+json", body = Problem),
     )
 )]
-pub async fn list(
+pub(crate) async fn list(
     State(inbox): State<Inbox>,
     State(registry): State<Arc<LiveRegistry>>,
     State(store): State<Arc<dyn Store>>,
@@ -145,7 +145,7 @@ async fn one(
         (status = 404, description = "`not_found`", content_type = "application/problem+json", body = Problem),
     )
 )]
-pub async fn read(
+pub(crate) async fn read(
     State(inbox): State<Inbox>,
     State(registry): State<Arc<LiveRegistry>>,
     State(store): State<Arc<dyn Store>>,
@@ -165,7 +165,7 @@ pub async fn read(
         (status = 404, description = "`not_found`", content_type = "application/problem+json", body = Problem),
     )
 )]
-pub async fn pause(
+pub(crate) async fn pause(
     State(inbox): State<Inbox>,
     State(registry): State<Arc<LiveRegistry>>,
     State(store): State<Arc<dyn Store>>,
@@ -189,7 +189,7 @@ pub async fn pause(
         (status = 404, description = "`not_found`", content_type = "application/problem+json", body = Problem),
     )
 )]
-pub async fn resume(
+pub(crate) async fn resume(
     State(inbox): State<Inbox>,
     State(registry): State<Arc<LiveRegistry>>,
     State(store): State<Arc<dyn Store>>,

@@ -58,7 +58,7 @@ use crate::store::EventSummary;
         (status = 429, description = "`overloaded`", content_type = "application/problem+json", body = Problem),
     )
 )]
-pub async fn ingest(
+pub(crate) async fn ingest(
     State(app): State<Intake>,
     Path(name): Path<String>,
     request: axum::extract::Request,

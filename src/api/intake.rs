@@ -48,7 +48,7 @@ use crate::telemetry::names;
 /// `request_timeout`: [`idempotency::BODY_READ_TIMEOUT`] (30 s), or the milliseconds
 /// in `HOOKBOX_BODY_READ_TIMEOUT_MS` — not a documented setting: it is there so
 /// that tests need not wait 30 s.
-pub fn body_read_timeout() -> Duration {
+pub(crate) fn body_read_timeout() -> Duration {
     std::env::var("HOOKBOX_BODY_READ_TIMEOUT_MS")
         .ok()
         .and_then(|ms| ms.parse::<u64>().ok())
@@ -58,7 +58,11 @@ pub fn body_read_timeout() -> Duration {
 
 /// Validates an intake request: content type, JSON shape, event type, key. The body
 /// is read once, straight into the payload's canonical text (no tree of values).
-pub fn parse(headers: &HeaderMap, body: &[u8], require_key: bool) -> Result<Submission, Problem> {
+pub(crate) fn parse(
+    headers: &HeaderMap,
+    body: &[u8],
+    require_key: bool,
+) -> Result<Submission, Problem> {
     check_content_type(headers)?;
     let not_json = |e: &dyn std::fmt::Display| {
         Problem::invalid_body(format!("the body is not valid JSON: {e}"))
@@ -166,7 +170,7 @@ pub(crate) fn invalid_key(detail: &str) -> Problem {
 /// or one arriving while shutting down, goes on to the handler, which answers it).
 /// The retry is still counted in `received_count` ([`Store::count_retry`]). Any
 /// other key goes on to [`intake`], where the table's UNIQUE key settles it.
-pub struct EventsIdempotency {
+pub(crate) struct EventsIdempotency {
     /// Where events live, and their recent keys.
     pub store: Arc<dyn Store>,
     /// What the handler checks before the table (and `REQUIRE_IDEMPOTENCY_KEY`).
@@ -291,7 +295,7 @@ fn refused(refusal: &Refusal) -> Problem {
 
 /// Counts refused intake requests in `hookbox_events_rejected_total{reason}` by their
 /// problem code (the outermost layer of the intake route, so 429s count too).
-pub async fn count_rejections(res: Response) -> Response {
+pub(crate) async fn count_rejections(res: Response) -> Response {
     if let Some(ProblemCode(code)) = res.extensions().get::<ProblemCode>() {
         metrics::counter!(names::EVENTS_REJECTED, "reason" => *code).increment(1);
     }
@@ -301,7 +305,7 @@ pub async fn count_rejections(res: Response) -> Response {
 /// What the intake routes (`POST /webhooks`, `POST /ingest/{name}`) use of the
 /// app's state: a [`FromRef`] sub-state of [`AppState`].
 #[derive(Clone)]
-pub struct Intake {
+pub(crate) struct Intake {
     /// Admits, commits and hands the event to processing.
     pub inbox: Inbox,
     /// The push sources (`POST /ingest/{name}`).
@@ -323,7 +327,11 @@ impl FromRef<AppState> for Intake {
 /// The body of `POST /webhooks`, as [`parse`] reads it (straight from the bytes, so
 /// this type is the document's description of that shape).
 #[derive(Debug, utoipa::ToSchema)]
-pub struct IntakeBody {
+#[expect(
+    dead_code,
+    reason = "only the OpenAPI document reads it: parse() reads the bytes"
+)]
+pub(crate) struct IntakeBody {
     /// What kind of event this is (1–255 bytes of `A-Z a-z 0-9 . _ : / -`);
     /// handlers route on it.
     pub event_type: String,
@@ -362,7 +370,7 @@ pub struct IntakeBody {
         (status = 503, description = "`unavailable`: shutting down or the database is away", content_type = "application/problem+json", body = Problem),
     )
 )]
-pub async fn intake(
+pub(crate) async fn intake(
     State(app): State<Intake>,
     request: axum::extract::Request,
 ) -> Result<Response, Problem> {
@@ -387,7 +395,7 @@ pub async fn intake(
 }
 
 /// Commits a validated event through [`Inbox::accept`] and [`answer`]s for it.
-pub async fn commit(app: &Intake, submission: Submission) -> Result<Response, Problem> {
+pub(crate) async fn commit(app: &Intake, submission: Submission) -> Result<Response, Problem> {
     let outcome = app.inbox.accept(submission).await?;
     answer(outcome)
 }

@@ -10,18 +10,18 @@
 //! Every route is one line of [`routes::table`], from which both the router and the
 //! OpenAPI document ([`openapi`], `GET /openapi.json`) are built.
 
-pub mod auth;
-pub mod dead_letters;
-pub mod destinations;
-pub mod ingest;
-pub mod intake;
-pub mod openapi;
-pub mod probes;
-pub mod problem;
-pub mod routes;
-pub mod sources;
-pub mod status;
-pub mod subscribers;
+pub(crate) mod auth;
+pub(crate) mod dead_letters;
+pub(crate) mod destinations;
+pub(crate) mod ingest;
+pub(crate) mod intake;
+pub(crate) mod openapi;
+pub(crate) mod probes;
+pub(crate) mod problem;
+pub(crate) mod routes;
+pub(crate) mod sources;
+pub(crate) mod status;
+pub(crate) mod subscribers;
 
 use std::sync::Arc;
 
@@ -41,7 +41,7 @@ use routes::Access;
 
 /// Builds the whole router: every route of [`routes::table`] with the layers of its
 /// [`routes::Access`].
-pub fn router(app: AppState) -> Router {
+pub(crate) fn router(app: AppState) -> Router {
     let (router, _document) = routes::table()
         .into_iter()
         .fold(OpenApiRouter::default(), |router, route| {

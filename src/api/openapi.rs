@@ -5,11 +5,6 @@
 //! built from: each handler's `#[utoipa::path]` attribute gives its method, path,
 //! parameters and answers, and the bodies' schemas are derived from the handlers'
 //! own types (`#[derive(ToSchema)]`), so the document follows the code.
-//!
-//! ```
-//! let doc = hookbox::api::openapi::document();
-//! assert!(doc.paths.paths.contains_key("/webhooks/{id}/attempts"));
-//! ```
 
 use utoipa::openapi::path::{Operation, PathItem};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
@@ -21,7 +16,7 @@ use super::routes::Access;
 use crate::state::AppState;
 
 /// The name of the admin token's security scheme in the document.
-pub const ADMIN_SCHEME: &str = "admin_token";
+pub(crate) const ADMIN_SCHEME: &str = "admin_token";
 
 /// What the document says about hookbox as a whole; the paths come from the route
 /// table.
@@ -65,7 +60,7 @@ impl Modify for AdminToken {
 
 /// The document: [`Base`] with every route of the route table; the admin routes
 /// (by their [`Access`] in the table) require the admin token's scheme.
-pub fn document() -> OpenApi {
+pub(crate) fn document() -> OpenApi {
     let mut doc = super::routes::table()
         .into_iter()
         .fold(
@@ -107,8 +102,18 @@ fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
 }
 
 /// The document as pretty-printed JSON (what `hookbox openapi` prints).
-pub fn json() -> String {
+pub(crate) fn json() -> String {
     document()
         .to_pretty_json()
         .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The item's worked example (it is crate-private, so no doc test).
+    #[test]
+    fn the_module_example() {
+        let doc = crate::api::openapi::document();
+        assert!(doc.paths.paths.contains_key("/webhooks/{id}/attempts"));
+    }
 }

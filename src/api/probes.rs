@@ -23,7 +23,7 @@ use crate::telemetry::names;
     tag = "probes",
     responses((status = 200, description = "`{\"status\": \"ok\"}` while the process runs", body = serde_json::Value))
 )]
-pub async fn health() -> Json<serde_json::Value> {
+pub(crate) async fn health() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }
 
@@ -38,7 +38,7 @@ pub async fn health() -> Json<serde_json::Value> {
                                       shutting down, or the database is away", body = serde_json::Value),
     )
 )]
-pub async fn ready(
+pub(crate) async fn ready(
     State(lifecycle): State<Arc<Lifecycle>>,
     State(store): State<Arc<dyn Store>>,
 ) -> Response {
@@ -68,7 +68,7 @@ pub async fn ready(
 }
 
 /// How long `/ready` waits for the database's answer.
-pub const PING_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(800);
+pub(crate) const PING_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(800);
 
 /// `GET /metrics`: Prometheus text (behind the admin token unless `METRICS_PUBLIC`).
 #[utoipa::path(
@@ -84,7 +84,7 @@ pub const PING_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(8
     ),
     security((), ("admin_token" = []))
 )]
-pub async fn metrics(
+pub(crate) async fn metrics(
     State(export): State<MetricsExport>,
     State(admin): State<AdminToken>,
     State(inbox): State<Inbox>,
@@ -129,7 +129,7 @@ async fn update_gauges(inbox: &Inbox, store: &dyn Store) {
 /// The API's OpenAPI document as served: built once by [`super::router`] from the
 /// route table and handed to [`openapi`] as a request extension.
 #[derive(Clone)]
-pub struct OpenApiJson(pub Arc<str>);
+pub(crate) struct OpenApiJson(pub Arc<str>);
 
 /// `GET /openapi.json`: the API's OpenAPI document ([`super::openapi`]).
 #[utoipa::path(
@@ -138,7 +138,7 @@ pub struct OpenApiJson(pub Arc<str>);
     tag = "probes",
     responses((status = 200, description = "This OpenAPI 3.1 document", content_type = "application/json"))
 )]
-pub async fn openapi(Extension(OpenApiJson(document)): Extension<OpenApiJson>) -> Response {
+pub(crate) async fn openapi(Extension(OpenApiJson(document)): Extension<OpenApiJson>) -> Response {
     let mut res = document.to_string().into_response();
     res.headers_mut().insert(
         header::CONTENT_TYPE,

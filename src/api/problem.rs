@@ -1,23 +1,8 @@
 //! RFC 9457 problem details: every error hookbox answers is one of these.
-//!
-//! ```
-//! use axum::response::IntoResponse;
-//! use hookbox::api::problem::Problem;
-//! use http::StatusCode;
-//!
-//! let res = Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_event_type")
-//!     .detail("event_type must not be empty")
-//!     .into_response();
-//! assert_eq!(res.status(), 422);
-//! assert_eq!(res.headers()["content-type"], "application/problem+json");
-//! ```
 
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use serde::Serialize;
-
-/// The media type of a problem answer.
-pub use hookbox_layers::rejection::PROBLEM_JSON;
 
 /// An RFC 9457 problem with hookbox's extra `code` member.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -41,7 +26,7 @@ use crate::inbox::InboxError;
 use crate::store::StoreError;
 /// Marks a response as a problem, with its code, so that layers (metrics) can read it
 /// without parsing the body; the layers' own rejections carry the same marker.
-pub use hookbox_layers::rejection::ProblemCode;
+pub(crate) use hookbox_layers::rejection::ProblemCode;
 use hookbox_layers::rejection::Rejection;
 
 impl Problem {
@@ -152,6 +137,20 @@ impl IntoResponse for Problem {
 mod tests {
     use super::*;
     use hookbox_layers::rejection::Rejection;
+
+    /// The item's worked example (it is crate-private, so no doc test).
+    #[test]
+    fn the_module_example() {
+        use crate::api::problem::Problem;
+        use axum::response::IntoResponse;
+        use http::StatusCode;
+
+        let res = Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_event_type")
+            .detail("event_type must not be empty")
+            .into_response();
+        assert_eq!(res.status(), 422);
+        assert_eq!(res.headers()["content-type"], "application/problem+json");
+    }
 
     async fn rendered(res: Response) -> (StatusCode, Vec<(String, String)>, Vec<u8>) {
         let status = res.status();

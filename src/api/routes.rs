@@ -16,7 +16,7 @@ use crate::state::AppState;
 
 /// Who may call a route; it decides the layers the route gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
+pub(crate) enum Access {
     /// Anyone.
     Open,
     /// Only with the admin token, when one is set.
@@ -30,7 +30,7 @@ pub enum Access {
 
 /// One row of the table: who may call it, and its handlers with their OpenAPI
 /// operations (one path).
-pub struct Route {
+pub(crate) struct Route {
     /// Decides the layers.
     pub access: Access,
     /// From `routes!(…)`.
@@ -42,7 +42,7 @@ fn route(access: Access, handlers: UtoipaMethodRouter<AppState>) -> Route {
 }
 
 /// Every route. One line per path (several handlers of one path share a line).
-pub fn table() -> Vec<Route> {
+pub(crate) fn table() -> Vec<Route> {
     use Access::{Admin, Ingest, Intake, Open};
     vec![
         route(Intake, routes!(intake::intake)),

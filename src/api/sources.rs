@@ -19,7 +19,7 @@ use crate::sources::live::{RejectedRequest, SourceView, Sources};
 
 /// A list answer: `{items: [...]}`.
 #[derive(Debug, Serialize)]
-pub struct Items<T> {
+pub(crate) struct Items<T> {
     /// The entries.
     pub items: Vec<T>,
 }
@@ -36,7 +36,9 @@ pub struct Items<T> {
         (status = 503, description = "`unavailable`: the cursors could not be read", content_type = "application/problem+json", body = Problem),
     )
 )]
-pub async fn list(State(sources): State<Arc<Sources>>) -> Result<Json<Items<SourceView>>, Problem> {
+pub(crate) async fn list(
+    State(sources): State<Arc<Sources>>,
+) -> Result<Json<Items<SourceView>>, Problem> {
     let cursors = match sources.cursors() {
         Some(store) if sources.pull().next().is_some() => {
             store.cursors().await.map_err(Problem::from)?
@@ -64,7 +66,7 @@ pub async fn list(State(sources): State<Arc<Sources>>) -> Result<Json<Items<Sour
         (status = 404, description = "`not_found`: no such source", content_type = "application/problem+json", body = Problem),
     )
 )]
-pub async fn rejected(
+pub(crate) async fn rejected(
     State(sources): State<Arc<Sources>>,
     Path(name): Path<String>,
 ) -> Result<Json<Items<RejectedRequest>>, Problem> {
@@ -94,7 +96,7 @@ pub async fn rejected(
         (status = 409, description = "`not_a_pull_source`: a push source has no cursor", content_type = "application/problem+json", body = Problem),
     )
 )]
-pub async fn reset(
+pub(crate) async fn reset(
     State(sources): State<Arc<Sources>>,
     Path(name): Path<String>,
     body: Bytes,

@@ -18,16 +18,16 @@ use crate::state::AdminToken;
 use crate::store::{ListQuery, Page, Store};
 
 /// Largest `limit` of a listing.
-pub const MAX_PAGE: u32 = 500;
+pub(crate) const MAX_PAGE: u32 = 500;
 /// `limit` when none is given.
-pub const DEFAULT_PAGE: u32 = 50;
+pub(crate) const DEFAULT_PAGE: u32 = 50;
 
 fn invalid_query(detail: impl Into<String>) -> Problem {
     Problem::new(StatusCode::BAD_REQUEST, "invalid_query").detail(detail)
 }
 
 /// Parses a path or cursor id; 400 when it is not a UUID.
-pub fn parse_id(text: &str) -> Result<Uuid, Problem> {
+pub(crate) fn parse_id(text: &str) -> Result<Uuid, Problem> {
     Uuid::parse_str(text).map_err(|_| {
         Problem::new(StatusCode::BAD_REQUEST, "invalid_id").detail("the id is not a UUID")
     })
@@ -45,7 +45,7 @@ pub fn parse_id(text: &str) -> Result<Uuid, Problem> {
         (status = 404, description = "`not_found`: no such event", content_type = "application/problem+json", body = Problem),
     )
 )]
-pub async fn by_id(
+pub(crate) async fn by_id(
     State(store): State<Arc<dyn Store>>,
     Path(id): Path<String>,
 ) -> Result<Response, Problem> {
@@ -59,7 +59,7 @@ pub async fn by_id(
 
 /// The answer of `GET /webhooks/{id}/attempts`.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
-pub struct Attempts {
+pub(crate) struct Attempts {
     /// Every attempt of every delivery of the event, oldest first.
     pub items: Vec<Attempt>,
 }
@@ -77,7 +77,7 @@ pub struct Attempts {
         (status = 404, description = "`not_found`: no such event", content_type = "application/problem+json", body = Problem),
     )
 )]
-pub async fn attempts(
+pub(crate) async fn attempts(
     State(store): State<Arc<dyn Store>>,
     Path(id): Path<String>,
 ) -> Result<Response, Problem> {
@@ -93,7 +93,7 @@ pub async fn attempts(
 /// What `GET /webhooks` answers: the event holding a key, or a page of the listing.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 #[serde(untagged)]
-pub enum Lookup {
+pub(crate) enum Lookup {
     /// With `idempotency_key`: the event holding it.
     Event(EventView),
     /// Without: a page of the admin listing, newest first.
@@ -123,7 +123,7 @@ pub enum Lookup {
     ),
     security((), ("admin_token" = []))
 )]
-pub async fn lookup_or_list(
+pub(crate) async fn lookup_or_list(
     State(store): State<Arc<dyn Store>>,
     State(admin): State<AdminToken>,
     headers: HeaderMap,
@@ -161,7 +161,7 @@ fn list_query(params: &HashMap<String, String>) -> Result<ListQuery, Problem> {
 }
 
 /// Reads `limit` (1..=500, default 50).
-pub fn page_limit(params: &HashMap<String, String>) -> Result<u32, Problem> {
+pub(crate) fn page_limit(params: &HashMap<String, String>) -> Result<u32, Problem> {
     match params.get("limit") {
         None => Ok(DEFAULT_PAGE),
         Some(l) => l

@@ -24,7 +24,7 @@ use crate::store::{Store, StoreError};
 /// The body of `POST /subscribers`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Create {
+pub(crate) struct Create {
     /// Unique among manifests and subscribers.
     name: String,
     /// Exact names or trailing-`*` prefixes.
@@ -53,7 +53,7 @@ pub struct Create {
 /// the optional ones.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct Patch {
+pub(crate) struct Patch {
     /// Replaces the patterns.
     event_types: Option<Vec<String>>,
     /// Replaces the URL.
@@ -105,7 +105,7 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Problem> {
 /// URL without the user name and password it may embed (the stored URL keeps them,
 /// for delivery).
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
-pub struct SubscriberView {
+pub(crate) struct SubscriberView {
     /// The subscriber (its `secret` is never shown).
     #[serde(flatten)]
     pub subscriber: Subscriber,
@@ -115,7 +115,7 @@ pub struct SubscriberView {
 
 /// The answer of `GET /subscribers`.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
-pub struct Subscribers {
+pub(crate) struct Subscribers {
     /// Every subscriber, by name.
     pub items: Vec<SubscriberView>,
 }
@@ -193,7 +193,7 @@ where
         (status = 422, description = "`invalid_subscriber`, `forbidden_target`", content_type = "application/problem+json", body = Problem),
     )
 )]
-pub async fn create(
+pub(crate) async fn create(
     State(inbox): State<Inbox>,
     State(registry): State<Arc<LiveRegistry>>,
     body: Bytes,
@@ -241,7 +241,7 @@ pub async fn create(
     tag = "operating",
     responses((status = 200, description = "Every subscriber", body = Subscribers))
 )]
-pub async fn list(State(store): State<Arc<dyn Store>>) -> Result<Response, Problem> {
+pub(crate) async fn list(State(store): State<Arc<dyn Store>>) -> Result<Response, Problem> {
     let all = store.subscribers().await?;
     let items: Vec<_> = all.iter().map(view).collect();
     Ok(Json(Subscribers { items }).into_response())
@@ -265,7 +265,7 @@ async fn find(store: &dyn Store, name: &str) -> Result<Subscriber, Problem> {
         (status = 404, description = "`not_found`", content_type = "application/problem+json", body = Problem),
     )
 )]
-pub async fn read(
+pub(crate) async fn read(
     State(store): State<Arc<dyn Store>>,
     Path(name): Path<String>,
 ) -> Result<Response, Problem> {
@@ -286,7 +286,7 @@ pub async fn read(
         (status = 422, description = "`invalid_subscriber`, `forbidden_target`", content_type = "application/problem+json", body = Problem),
     )
 )]
-pub async fn patch(
+pub(crate) async fn patch(
     State(inbox): State<Inbox>,
     State(registry): State<Arc<LiveRegistry>>,
     State(store): State<Arc<dyn Store>>,
@@ -350,7 +350,7 @@ pub async fn patch(
         (status = 404, description = "`not_found`", content_type = "application/problem+json", body = Problem),
     )
 )]
-pub async fn delete(
+pub(crate) async fn delete(
     State(inbox): State<Inbox>,
     Path(name): Path<String>,
 ) -> Result<Response, Problem> {

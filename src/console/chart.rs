@@ -18,15 +18,7 @@ const BOTTOM: f64 = 28.0;
 
 /// The smallest "round" number (1, 2 or 5 times a power of ten) at or above `n`,
 /// at least 1: the top of the y axis.
-///
-/// ```
-/// use hookbox::console::chart::axis_top;
-/// assert_eq!(axis_top(0), 1);
-/// assert_eq!(axis_top(7), 10);
-/// assert_eq!(axis_top(11), 20);
-/// assert_eq!(axis_top(480), 500);
-/// ```
-pub fn axis_top(n: u64) -> u64 {
+pub(crate) fn axis_top(n: u64) -> u64 {
     let mut step = 1u64;
     loop {
         for m in [1, 2, 5] {
@@ -60,7 +52,7 @@ fn points(minutes: &[Minute], top: u64, value: fn(&Minute) -> u64) -> String {
 }
 
 /// The chart of `minutes` (oldest first).
-pub fn per_minute(minutes: &[Minute]) -> Markup {
+pub(crate) fn per_minute(minutes: &[Minute]) -> Markup {
     let total = |f: fn(&Minute) -> u64| minutes.iter().map(f).sum::<u64>();
     let peak = minutes
         .iter()
@@ -122,6 +114,16 @@ pub fn per_minute(minutes: &[Minute]) -> Markup {
 mod tests {
     use super::*;
     use crate::model::Timestamp;
+
+    /// The item's worked example (it is crate-private, so no doc test).
+    #[test]
+    fn the_axis_top_example() {
+        use crate::console::chart::axis_top;
+        assert_eq!(axis_top(0), 1);
+        assert_eq!(axis_top(7), 10);
+        assert_eq!(axis_top(11), 20);
+        assert_eq!(axis_top(480), 500);
+    }
 
     #[test]
     fn the_chart_is_svg_with_one_line_per_series_and_says_its_totals() {

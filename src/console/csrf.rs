@@ -12,13 +12,13 @@ use axum::extract::Request;
 use subtle::ConstantTimeEq;
 
 /// Console forms are small; a larger body is refused before it is read whole.
-pub const MAX_FORM_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_FORM_BYTES: usize = 64 * 1024;
 
 /// The form fields of a urlencoded body.
-pub type Fields = Vec<(String, String)>;
+pub(crate) type Fields = Vec<(String, String)>;
 
 /// The value of `name` in `fields` (the first one).
-pub fn field<'a>(fields: &'a Fields, name: &str) -> Option<&'a str> {
+pub(crate) fn field<'a>(fields: &'a Fields, name: &str) -> Option<&'a str> {
     fields
         .iter()
         .find(|(k, _)| k == name)
@@ -26,26 +26,31 @@ pub fn field<'a>(fields: &'a Fields, name: &str) -> Option<&'a str> {
 }
 
 /// True when `fields` carry `expected` as `csrf`, compared in constant time.
-///
-/// ```
-/// use hookbox::console::csrf::matches;
-/// let fields = vec![("csrf".to_owned(), "abc".to_owned())];
-/// assert!(matches(&fields, "abc"));
-/// assert!(!matches(&fields, "abd"));
-/// assert!(!matches(&vec![], "abc"));
-/// ```
-pub fn matches(fields: &Fields, expected: &str) -> bool {
+pub(crate) fn matches(fields: &Fields, expected: &str) -> bool {
     field(fields, "csrf")
         .is_some_and(|given| bool::from(given.as_bytes().ct_eq(expected.as_bytes())))
 }
 
 /// Reads a request's form body (at most [`MAX_FORM_BYTES`]) and gives back the
 /// request with the same bytes, for the handler to read again.
-pub async fn read_form(req: Request) -> Result<(Request, Fields), ()> {
+pub(crate) async fn read_form(req: Request) -> Result<(Request, Fields), ()> {
     let (parts, body) = req.into_parts();
     let bytes: Bytes = axum::body::to_bytes(body, MAX_FORM_BYTES)
         .await
         .map_err(drop)?;
     let fields: Fields = serde_urlencoded::from_bytes(&bytes).map_err(drop)?;
     Ok((Request::from_parts(parts, Body::from(bytes)), fields))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The item's worked example (it is crate-private, so no doc test).
+    #[test]
+    fn the_matches_example() {
+        use crate::console::csrf::matches;
+        let fields = vec![("csrf".to_owned(), "abc".to_owned())];
+        assert!(matches(&fields, "abc"));
+        assert!(!matches(&fields, "abd"));
+        assert!(!matches(&vec![], "abc"));
+    }
 }

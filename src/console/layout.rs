@@ -9,7 +9,7 @@ use crate::model::{Status, Timestamp};
 
 /// The sections of the navigation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Nav {
+pub(crate) enum Nav {
     /// `/console`.
     Overview,
     /// `/console/events`.
@@ -27,7 +27,7 @@ pub enum Nav {
 }
 
 /// What the frame of one page needs.
-pub struct Frame<'a> {
+pub(crate) struct Frame<'a> {
     /// The page's title.
     pub title: &'a str,
     /// Which section is current.
@@ -43,7 +43,7 @@ pub struct Frame<'a> {
 }
 
 /// A whole page: `body` inside the shared frame.
-pub fn page(frame: Frame<'_>, body: Markup) -> Markup {
+pub(crate) fn page(frame: Frame<'_>, body: Markup) -> Markup {
     let links = [
         (Nav::Overview, "/console", "Overview"),
         (Nav::Events, "/console/events", "Events"),
@@ -106,28 +106,19 @@ pub fn page(frame: Frame<'_>, body: Markup) -> Markup {
 }
 
 /// A status as a coloured badge.
-pub fn status(s: Status) -> Markup {
+pub(crate) fn status(s: Status) -> Markup {
     html! { span class={ "badge " (s.as_str()) } { (s.as_str()) } }
 }
 
 /// A time as `<time>` showing how long ago it was, with the exact time on hover.
-pub fn ago(t: Timestamp, now: Timestamp) -> Markup {
+pub(crate) fn ago(t: Timestamp, now: Timestamp) -> Markup {
     let exact = t.to_rfc3339();
     html! { time datetime=(exact) title=(exact) { (age(now.millis() - t.millis())) " ago" } }
 }
 
 /// A duration in milliseconds as a short text: `850 ms`, `42 s`, `3 min`, `5 h`,
 /// `2 d`.
-///
-/// ```
-/// use hookbox::console::layout::age;
-/// assert_eq!(age(850), "850 ms");
-/// assert_eq!(age(42_000), "42 s");
-/// assert_eq!(age(3 * 60_000 + 5), "3 min");
-/// assert_eq!(age(5 * 3_600_000), "5 h");
-/// assert_eq!(age(-5), "0 ms");
-/// ```
-pub fn age(ms: i64) -> String {
+pub(crate) fn age(ms: i64) -> String {
     let ms = ms.max(0);
     match ms {
         0..1_000 => format!("{ms} ms"),
@@ -139,17 +130,12 @@ pub fn age(ms: i64) -> String {
 }
 
 /// A hidden `csrf` field for a session's forms.
-pub fn csrf(session: &Session) -> Markup {
+pub(crate) fn csrf(session: &Session) -> Markup {
     html! { input type="hidden" name="csrf" value=(session.csrf); }
 }
 
 /// A whole number with thin separators between thousands (`12 345`).
-///
-/// ```
-/// assert_eq!(hookbox::console::layout::number(1234567), "1\u{202f}234\u{202f}567");
-/// assert_eq!(hookbox::console::layout::number(12), "12");
-/// ```
-pub fn number(n: u64) -> String {
+pub(crate) fn number(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3 * 3);
     for (i, c) in digits.chars().enumerate() {
@@ -162,6 +148,30 @@ pub fn number(n: u64) -> String {
 }
 
 /// An empty-state line.
-pub fn empty(text: &str) -> Markup {
+pub(crate) fn empty(text: &str) -> Markup {
     html! { p.empty { (text) } }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The item's worked example (it is crate-private, so no doc test).
+    #[test]
+    fn the_age_example() {
+        use crate::console::layout::age;
+        assert_eq!(age(850), "850 ms");
+        assert_eq!(age(42_000), "42 s");
+        assert_eq!(age(3 * 60_000 + 5), "3 min");
+        assert_eq!(age(5 * 3_600_000), "5 h");
+        assert_eq!(age(-5), "0 ms");
+    }
+
+    /// The item's worked example (it is crate-private, so no doc test).
+    #[test]
+    fn the_number_example() {
+        assert_eq!(
+            crate::console::layout::number(1234567),
+            "1\u{202f}234\u{202f}567"
+        );
+        assert_eq!(crate::console::layout::number(12), "12");
+    }
 }

@@ -13,12 +13,12 @@
 //!   `frame-ancestors 'none'`, `X-Frame-Options: DENY`, `Cache-Control: no-store`.
 //! - [`pages`]: one module per page; [`layout`] the shared frame; [`chart`] the SVG.
 
-pub mod chart;
-pub mod csrf;
-pub mod layout;
-pub mod pages;
-pub mod pretty;
-pub mod session;
+pub(crate) mod chart;
+pub(crate) mod csrf;
+pub(crate) mod layout;
+pub(crate) mod pages;
+pub(crate) mod pretty;
+pub(crate) mod session;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,10 +36,10 @@ use crate::store::overview::Overview;
 use session::{Session, Sessions};
 
 /// How long the overview's database counts are reused (they scan the tables).
-pub const OVERVIEW_MAX_AGE: Duration = Duration::from_secs(5);
+pub(crate) const OVERVIEW_MAX_AGE: Duration = Duration::from_secs(5);
 
 /// What the console's handlers share.
-pub struct Inner {
+pub(crate) struct Inner {
     /// The application's state (store, inbox, registry, sources, admin token).
     pub app: AppState,
     /// The admin API, called in-process for the subscriber actions, so that they
@@ -52,7 +52,7 @@ pub struct Inner {
 
 /// The console's axum state: cheap to clone.
 #[derive(Clone)]
-pub struct Console(Arc<Inner>);
+pub(crate) struct Console(Arc<Inner>);
 
 impl std::ops::Deref for Console {
     type Target = Inner;
@@ -64,12 +64,12 @@ impl std::ops::Deref for Console {
 
 impl Console {
     /// True when no `ADMIN_TOKEN` is set.
-    pub fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         self.app.admin_token.secret().is_none()
     }
 
     /// The overview's counts, computed at most once per [`OVERVIEW_MAX_AGE`].
-    pub async fn overview(&self) -> Result<Arc<Overview>, crate::store::StoreError> {
+    pub(crate) async fn overview(&self) -> Result<Arc<Overview>, crate::store::StoreError> {
         let mut cached = self.overview.lock().await;
         if let Some((at, o)) = &*cached {
             if at.elapsed() < OVERVIEW_MAX_AGE {
@@ -88,7 +88,7 @@ impl Console {
 }
 
 /// The console's routes, under `/console`, for the application `app`.
-pub fn router(app: AppState) -> Router {
+pub(crate) fn router(app: AppState) -> Router {
     let console = Console(Arc::new(Inner {
         api: crate::api::router(app.clone()),
         app,
@@ -152,7 +152,7 @@ async fn stylesheet() -> Response {
 }
 
 /// The security headers of every console answer.
-pub async fn headers(mut res: Response) -> Response {
+pub(crate) async fn headers(mut res: Response) -> Response {
     let h = res.headers_mut();
     let set = |h: &mut http::HeaderMap, name: &'static str, value: &'static str| {
         h.entry(name).or_insert(HeaderValue::from_static(value));
@@ -175,7 +175,7 @@ pub async fn headers(mut res: Response) -> Response {
 ///
 /// With `ADMIN_TOKEN`: no session → a GET is sent to the login form, anything
 /// else is 403. Without: a visitor with no session gets a new one on a GET.
-pub async fn gate(State(console): State<Console>, req: Request, next: Next) -> Response {
+pub(crate) async fn gate(State(console): State<Console>, req: Request, next: Next) -> Response {
     let mut created = None;
     let session = match console.sessions.find(req.headers()) {
         Some(s) => s,
@@ -229,4 +229,4 @@ fn forbidden(why: &str) -> Response {
 }
 
 /// The session the [`gate`] let through.
-pub type Visitor = axum::Extension<Session>;
+pub(crate) type Visitor = axum::Extension<Session>;

@@ -5,14 +5,7 @@
 /// Indents compact JSON text (as stored: canonical, no whitespace) two spaces a
 /// level. Text that is not JSON comes out with its characters unchanged, only
 /// spaced differently.
-///
-/// ```
-/// use hookbox::console::pretty::json;
-/// assert_eq!(json(r#"{"a":[1,2],"b":{},"c":"x,{y}"}"#),
-///     "{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": {},\n  \"c\": \"x,{y}\"\n}");
-/// assert_eq!(json("12345678901234567890123"), "12345678901234567890123");
-/// ```
-pub fn json(text: &str) -> String {
+pub(crate) fn json(text: &str) -> String {
     let mut out = String::with_capacity(text.len() * 2);
     let mut depth = 0usize;
     let (mut in_string, mut escaped) = (false, false);
@@ -65,4 +58,18 @@ pub fn json(text: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    /// The item's worked example (it is crate-private, so no doc test).
+    #[test]
+    fn the_json_example() {
+        use crate::console::pretty::json;
+        assert_eq!(
+            json(r#"{"a":[1,2],"b":{},"c":"x,{y}"}"#),
+            "{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": {},\n  \"c\": \"x,{y}\"\n}"
+        );
+        assert_eq!(json("12345678901234567890123"), "12345678901234567890123");
+    }
 }

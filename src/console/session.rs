@@ -19,17 +19,17 @@ use http::HeaderMap;
 use http::header::{COOKIE, HeaderValue};
 
 /// The session cookie's name.
-pub const COOKIE_NAME: &str = "hookbox_session";
+pub(crate) const COOKIE_NAME: &str = "hookbox_session";
 
 /// How long a session lasts after it is created.
-pub const SESSION_TTL: Duration = Duration::from_secs(12 * 60 * 60);
+pub(crate) const SESSION_TTL: Duration = Duration::from_secs(12 * 60 * 60);
 
 /// At most this many sessions are kept; past it the one closest to expiry goes.
 const MAX_SESSIONS: usize = 10_000;
 
 /// One console session.
 #[derive(Debug, Clone)]
-pub struct Session {
+pub(crate) struct Session {
     /// The id the cookie carries (64 hex digits).
     pub id: String,
     /// This session's anti-forgery token: every POST carries it in a field `csrf`.
@@ -39,7 +39,7 @@ pub struct Session {
 
 /// A message shown once, on the next page the session sees.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Flash {
+pub(crate) struct Flash {
     /// True for a failure.
     pub error: bool,
     /// The text.
@@ -54,18 +54,12 @@ struct Entry {
 
 /// The server-side session store.
 #[derive(Debug, Default)]
-pub struct Sessions {
+pub(crate) struct Sessions {
     entries: Mutex<HashMap<String, Entry>>,
 }
 
 /// 32 random bytes from the operating system, as 64 hex digits.
-///
-/// ```
-/// let a = hookbox::console::session::random_token().expect("os random");
-/// assert_eq!(a.len(), 64);
-/// assert_ne!(a, hookbox::console::session::random_token().expect("os random"));
-/// ```
-pub fn random_token() -> Result<String, getrandom::Error> {
+pub(crate) fn random_token() -> Result<String, getrandom::Error> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes)?;
     Ok(crate::model::hex(&bytes))
@@ -79,7 +73,7 @@ impl Sessions {
     }
 
     /// Starts a new session.
-    pub fn create(&self) -> Result<Session, getrandom::Error> {
+    pub(crate) fn create(&self) -> Result<Session, getrandom::Error> {
         let session = Session {
             id: random_token()?,
             csrf: random_token()?,
@@ -111,7 +105,7 @@ impl Sessions {
 
     /// The live session whose id the request's cookie carries; an expired one is
     /// removed.
-    pub fn find(&self, headers: &HeaderMap) -> Option<Session> {
+    pub(crate) fn find(&self, headers: &HeaderMap) -> Option<Session> {
         let id = cookie(headers, COOKIE_NAME)?;
         let mut entries = self.lock();
         let entry = entries.get(id)?;
@@ -123,12 +117,12 @@ impl Sessions {
     }
 
     /// Ends a session.
-    pub fn remove(&self, id: &str) {
+    pub(crate) fn remove(&self, id: &str) {
         self.lock().remove(id);
     }
 
     /// Leaves a message for the session's next page.
-    pub fn flash(&self, id: &str, error: bool, text: impl Into<String>) {
+    pub(crate) fn flash(&self, id: &str, error: bool, text: impl Into<String>) {
         if let Some(entry) = self.lock().get_mut(id) {
             entry.flash = Some(Flash {
                 error,
@@ -138,7 +132,7 @@ impl Sessions {
     }
 
     /// Takes the message left for this session, if any.
-    pub fn take_flash(&self, id: &str) -> Option<Flash> {
+    pub(crate) fn take_flash(&self, id: &str) -> Option<Flash> {
         self.lock().get_mut(id).and_then(|e| e.flash.take())
     }
 }
@@ -156,7 +150,7 @@ fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 }
 
 /// True when a proxy in front says the request came over HTTPS.
-pub fn behind_https(headers: &HeaderMap) -> bool {
+pub(crate) fn behind_https(headers: &HeaderMap) -> bool {
     headers
         .get("x-forwarded-proto")
         .and_then(|v| v.to_str().ok())
@@ -165,14 +159,7 @@ pub fn behind_https(headers: &HeaderMap) -> bool {
 }
 
 /// The `Set-Cookie` value that hands `session` to the browser.
-///
-/// ```
-/// use hookbox::console::session::set_cookie;
-/// let v = set_cookie("abc", true);
-/// assert_eq!(v.to_str().unwrap(),
-///     "hookbox_session=abc; Path=/console; HttpOnly; SameSite=Strict; Max-Age=43200; Secure");
-/// ```
-pub fn set_cookie(id: &str, secure: bool) -> HeaderValue {
+pub(crate) fn set_cookie(id: &str, secure: bool) -> HeaderValue {
     let mut v = format!(
         "{COOKIE_NAME}={id}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}",
         SESSION_TTL.as_secs()
@@ -184,7 +171,7 @@ pub fn set_cookie(id: &str, secure: bool) -> HeaderValue {
 }
 
 /// The `Set-Cookie` value that removes the session cookie.
-pub fn clear_cookie(secure: bool) -> HeaderValue {
+pub(crate) fn clear_cookie(secure: bool) -> HeaderValue {
     let v = if secure {
         "hookbox_session=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0; Secure"
     } else {
@@ -196,6 +183,28 @@ pub fn clear_cookie(secure: bool) -> HeaderValue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The item's worked example (it is crate-private, so no doc test).
+    #[test]
+    fn the_random_token_example() {
+        let a = crate::console::session::random_token().expect("os random");
+        assert_eq!(a.len(), 64);
+        assert_ne!(
+            a,
+            crate::console::session::random_token().expect("os random")
+        );
+    }
+
+    /// The item's worked example (it is crate-private, so no doc test).
+    #[test]
+    fn the_set_cookie_example() {
+        use crate::console::session::set_cookie;
+        let v = set_cookie("abc", true);
+        assert_eq!(
+            v.to_str().unwrap(),
+            "hookbox_session=abc; Path=/console; HttpOnly; SameSite=Strict; Max-Age=43200; Secure"
+        );
+    }
 
     fn with_cookie(v: &str) -> HeaderMap {
         let mut h = HeaderMap::new();

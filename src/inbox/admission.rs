@@ -9,15 +9,6 @@
 //! the re-route when the subscribers changed meanwhile happen there, once, for
 //! `POST /webhooks`, `POST /ingest/{name}`, the pull sources and hookbox's own
 //! operator events.
-//!
-//! ```
-//! use hookbox::inbox::{EventType, IdempotencyKey};
-//!
-//! assert!(EventType::new("order.created").is_ok());
-//! assert!(EventType::new("no spaces").is_err());
-//! assert!(IdempotencyKey::new("").is_err());
-//! assert_eq!(IdempotencyKey::new("k-1").unwrap().as_str(), "k-1");
-//! ```
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -99,7 +90,7 @@ pub enum Origin {
 }
 
 /// The source that [`Origin::Operator`] events carry, and their keys' namespace.
-pub const OPERATOR_SOURCE: &str = "hookbox";
+pub(crate) const OPERATOR_SOURCE: &str = "hookbox";
 
 /// An event as an entry point read and validated it.
 #[derive(Debug, Clone)]
@@ -134,11 +125,6 @@ pub struct Payload {
 impl Payload {
     /// A payload from its canonical text (as [`crate::json::canonical`] or
     /// [`crate::json::canonical_members`] make it).
-    ///
-    /// ```
-    /// let p = hookbox::inbox::Payload::new(hookbox::json::canonical(r#"{"b":1,"a":2}"#).unwrap());
-    /// assert_eq!(p.text(), r#"{"a":2,"b":1}"#);
-    /// ```
     pub fn new(canonical: String) -> Self {
         let sha256 = hex(&Sha256::digest(canonical.as_bytes()));
         Self {
@@ -365,6 +351,24 @@ pub(crate) fn outcome(inserted: Inserted, asked: &Fingerprint) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The item's worked example (it is crate-private, so no doc test).
+    #[test]
+    fn the_module_example() {
+        use crate::inbox::{EventType, IdempotencyKey};
+
+        assert!(EventType::new("order.created").is_ok());
+        assert!(EventType::new("no spaces").is_err());
+        assert!(IdempotencyKey::new("").is_err());
+        assert_eq!(IdempotencyKey::new("k-1").unwrap().as_str(), "k-1");
+    }
+
+    /// The item's worked example (it is crate-private, so no doc test).
+    #[test]
+    fn the_new_example() {
+        let p = crate::inbox::Payload::new(crate::json::canonical(r#"{"b":1,"a":2}"#).unwrap());
+        assert_eq!(p.text(), r#"{"a":2,"b":1}"#);
+    }
 
     #[test]
     fn keys_are_refused_with_their_reason() {

@@ -46,9 +46,8 @@ use crate::store::{Inserted, PendingDelivery, ReplayFilter, Store, StoreError, W
 mod admission;
 
 use admission::Rules;
-pub use admission::{
-    EventType, Fingerprint, IdempotencyKey, OPERATOR_SOURCE, Origin, Outcome, Payload, Refusal,
-    Submission,
+pub(crate) use admission::{
+    EventType, Fingerprint, IdempotencyKey, Origin, Outcome, Payload, Refusal, Submission,
 };
 
 /// A pull source's fetched items and the cursor after them, for
@@ -302,7 +301,7 @@ impl Drop for Reservation {
 
 /// How often an instance sharing PostgreSQL re-reads the subscribers (besides
 /// whenever another instance announces a change).
-pub const SUBSCRIBER_REFRESH: Duration = Duration::from_secs(1);
+pub(crate) const SUBSCRIBER_REFRESH: Duration = Duration::from_secs(1);
 
 /// How many times one event is routed again because the subscribers changed
 /// while it was being committed.

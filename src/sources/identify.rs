@@ -5,7 +5,7 @@
 //! or (delivery ids only) is the SHA-256 of the raw body — what identifies a
 //! delivery whose sender gives it no id: a byte-identical resend is the same event.
 //!
-//! The payload is kept as its canonical JSON text ([`crate::json`]: keys sorted,
+//! The payload is kept as its canonical JSON text (`crate::json`: keys sorted,
 //! numbers exactly as sent, a key sent twice refused), which is what is stored;
 //! pointers read that text without building a tree of values.
 //!

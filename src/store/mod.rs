@@ -485,7 +485,7 @@ pub struct Stats {
 
 /// How a database is the queue: read by one instance in order of due work
 /// (SQLite), or claimed by several sharing it (PostgreSQL). A store opened is one
-/// or the other; processing is built for it ([`crate::inbox`]).
+/// or the other; processing is built for it (`crate::inbox`).
 #[derive(Clone)]
 pub enum WorkStore {
     /// One instance serves the database (SQLite).
@@ -496,7 +496,7 @@ pub enum WorkStore {
 
 /// The due-work side of a database that one instance serves (SQLite): the
 /// database is the queue, and memory holds only a bounded window of it
-/// ([`Window`](crate::processing::window::Window)). Unfinished deliveries are
+/// (the window of due work, `processing/window.rs`). Unfinished deliveries are
 /// *fresh* (`retry_after` unset: never tried, replayed, or interrupted while
 /// `processing`) or *retries* (`retry_after` set); both are read in order through
 /// indexes on due work (migration 0008), skipping any delivery that an older

@@ -1,9 +1,9 @@
 //! What the console's overview and dead-letter pages read: counts by status, each
 //! handler's deliveries, a per-minute series of the last hour, and dead letters
 //! under a filter. The SQL, the filter and the decoding of the rows (over
-//! [`RowExt`]) are written here once; each backend only runs them with its own
+//! `RowExt`) are written here once; each backend only runs them with its own
 //! binds (`sqlite/overview.rs`, `postgres/overview.rs`), and says how a minute is
-//! cut out of a timestamp column ([`series_sql`]): text on one, `timestamptz` on
+//! cut out of a timestamp column (`series_sql`): text on one, `timestamptz` on
 //! the other.
 //!
 //! What the series counts (docs/operating.md):

@@ -31,7 +31,7 @@ async fn the_reexported_backpressure_layer_answers_hookbox_s_problem() {
     assert_eq!(shed.headers()["retry-after"], "2");
     let code = shed
         .extensions()
-        .get::<hookbox::api::problem::ProblemCode>();
+        .get::<hookbox::layers::rejection::ProblemCode>();
     assert_eq!(code.map(|c| c.0), Some("overloaded"));
     let body = axum::body::to_bytes(shed.into_body(), 4096)
         .await

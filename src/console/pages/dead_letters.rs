@@ -15,7 +15,6 @@ use maud::html;
 use super::{done, given, query, render};
 use crate::console::csrf::{Fields, field};
 use crate::console::layout::{Nav, ago, csrf, empty, number};
-use crate::console::session::Session;
 use crate::console::{Console, Visitor};
 use crate::model::Timestamp;
 use crate::store::ReplayFilter;
@@ -90,19 +89,8 @@ impl Filter {
     }
 }
 
-fn unavailable(console: &Console, s: &Session, e: impl std::fmt::Display) -> Response {
-    let why = format!("the database did not answer: {e}");
-    super::problem(
-        console,
-        s,
-        Nav::DeadLetters,
-        StatusCode::SERVICE_UNAVAILABLE,
-        &why,
-    )
-}
-
 /// `GET /console/dead-letters`.
-pub async fn list(
+pub(crate) async fn list(
     State(console): State<Console>,
     axum::Extension(s): Visitor,
     Query(params): Query<HashMap<String, String>>,
@@ -135,7 +123,7 @@ pub async fn list(
         store.count_dead_letters(&filter.parsed)
     ) {
         (Ok(p), Ok(c)) => (p, c),
-        (Err(e), _) | (_, Err(e)) => return unavailable(&console, &s, e),
+        (Err(e), _) | (_, Err(e)) => return super::unavailable(&console, &s, Nav::DeadLetters, &e),
     };
     let now = Timestamp::now();
     let older = page.next_cursor.as_deref().map(|next| {
@@ -196,7 +184,7 @@ pub async fn list(
 
 /// `GET /console/dead-letters/replay`: how many the filter selects, and the form
 /// that replays them.
-pub async fn confirm(
+pub(crate) async fn confirm(
     State(console): State<Console>,
     axum::Extension(s): Visitor,
     Query(params): Query<HashMap<String, String>>,
@@ -215,7 +203,7 @@ pub async fn confirm(
     };
     let count = match console.app.store.count_dead_letters(&filter.parsed).await {
         Ok(c) => c,
-        Err(e) => return unavailable(&console, &s, e),
+        Err(e) => return super::unavailable(&console, &s, Nav::DeadLetters, &e),
     };
     let body = html! {
         h1 { "Replay dead letters" }
@@ -240,7 +228,7 @@ pub async fn confirm(
 }
 
 /// `POST /console/dead-letters/replay` with the filter's fields.
-pub async fn replay_all(
+pub(crate) async fn replay_all(
     State(console): State<Console>,
     axum::Extension(s): Visitor,
     Form(fields): Form<Fields>,

@@ -15,7 +15,7 @@ use crate::console::layout::{Nav, csrf, empty};
 use crate::console::{Console, Visitor};
 
 /// `GET /console/destinations`.
-pub async fn list(State(console): State<Console>, axum::Extension(s): Visitor) -> Response {
+pub(crate) async fn list(State(console): State<Console>, axum::Extension(s): Visitor) -> Response {
     let items = match call_api(&console, Method::GET, "/destinations", None).await {
         Ok((StatusCode::OK, body)) => body["items"].as_array().cloned().unwrap_or_default(),
         Ok((status, body)) => {
@@ -23,14 +23,7 @@ pub async fn list(State(console): State<Console>, axum::Extension(s): Visitor) -
             return super::problem(&console, &s, Nav::Destinations, status, &why);
         }
         Err(e) => {
-            let why = format!("the destinations could not be read: {e}");
-            return super::problem(
-                &console,
-                &s,
-                Nav::Destinations,
-                StatusCode::SERVICE_UNAVAILABLE,
-                &why,
-            );
+            return super::unavailable(&console, &s, Nav::Destinations, &e);
         }
     };
     let text = |d: &Value, k: &str| d[k].as_str().map(str::to_owned).unwrap_or_default();
@@ -97,7 +90,7 @@ fn badge(state: &str) -> &'static str {
 }
 
 /// `POST /console/destinations/{name}/pause` or `…/resume`.
-pub async fn act(
+pub(crate) async fn act(
     State(console): State<Console>,
     axum::Extension(s): Visitor,
     Path((name, action)): Path<(String, String)>,

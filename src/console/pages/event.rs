@@ -17,7 +17,7 @@ use crate::model::{Attempt, Status, Timestamp};
 use crate::store::ReplayFilter;
 
 /// `GET /console/events/{id}`.
-pub async fn page(
+pub(crate) async fn page(
     State(console): State<Console>,
     axum::Extension(s): Visitor,
     Path(id): Path<String>,
@@ -35,14 +35,7 @@ pub async fn page(
                 return not_found("no event has that id (retention may have deleted it)");
             }
             (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
-                let why = format!("the database did not answer: {e}");
-                return super::problem(
-                    &console,
-                    &s,
-                    Nav::Events,
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    &why,
-                );
+                return super::unavailable(&console, &s, Nav::Events, &e);
             }
         };
     let now = Timestamp::now();
@@ -145,7 +138,7 @@ fn attempt_rows<'a>(attempts: impl Iterator<Item = &'a Attempt>) -> Markup {
 
 /// `POST /console/events/{id}/replay` (fields: `handler` to replay only that
 /// delivery, `back` the page to return to).
-pub async fn replay(
+pub(crate) async fn replay(
     State(console): State<Console>,
     axum::Extension(s): Visitor,
     Path(id): Path<String>,

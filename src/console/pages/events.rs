@@ -16,10 +16,10 @@ use crate::model::{EventView, Status, Timestamp};
 use crate::store::{ListQuery, Page};
 
 /// Events per page.
-pub const PAGE_SIZE: u32 = 50;
+pub(crate) const PAGE_SIZE: u32 = 50;
 
 /// `GET /console/events`.
-pub async fn list(
+pub(crate) async fn list(
     State(console): State<Console>,
     axum::Extension(s): Visitor,
     Query(params): Query<HashMap<String, String>>,
@@ -68,14 +68,7 @@ pub async fn list(
     let page = match page {
         Ok(p) => p,
         Err(e) => {
-            let why = format!("the database did not answer: {e}");
-            return super::problem(
-                &console,
-                &s,
-                Nav::Events,
-                StatusCode::SERVICE_UNAVAILABLE,
-                &why,
-            );
+            return super::unavailable(&console, &s, Nav::Events, &e);
         }
     };
     let filters = [
@@ -126,7 +119,7 @@ pub async fn list(
 }
 
 /// Events as rows (cards on a narrow screen).
-pub fn table(events: &[EventView]) -> Markup {
+pub(crate) fn table(events: &[EventView]) -> Markup {
     let now = Timestamp::now();
     html! {
         div.scroll {

@@ -46,7 +46,7 @@ fn page(next: &str, error: Option<&str>) -> String {
 }
 
 /// `GET /console/login`.
-pub async fn form(
+pub(crate) async fn form(
     State(console): State<Console>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Response {
@@ -59,7 +59,7 @@ pub async fn form(
 
 /// `POST /console/login` with `token` (and `next`, the page asked for): a session
 /// cookie and a 303 to that page, or the form again with 401.
-pub async fn submit(
+pub(crate) async fn submit(
     State(console): State<Console>,
     headers: HeaderMap,
     Form(fields): Form<HashMap<String, String>>,
@@ -89,7 +89,7 @@ pub async fn submit(
 }
 
 /// `POST /console/logout`: ends the session.
-pub async fn logout(
+pub(crate) async fn logout(
     State(console): State<Console>,
     axum::Extension(s): Visitor,
     headers: HeaderMap,

@@ -2,14 +2,14 @@
 //! error pages, redirects after an action (post/redirect/get) with a one-time
 //! message, and form values.
 
-pub mod dead_letters;
-pub mod destinations;
-pub mod event;
-pub mod events;
-pub mod login;
-pub mod overview;
-pub mod sources;
-pub mod subscribers;
+pub(crate) mod dead_letters;
+pub(crate) mod destinations;
+pub(crate) mod event;
+pub(crate) mod events;
+pub(crate) mod login;
+pub(crate) mod overview;
+pub(crate) mod sources;
+pub(crate) mod subscribers;
 
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use http::StatusCode;
@@ -20,7 +20,7 @@ use super::layout::{self, Frame, Nav};
 use super::session::Session;
 
 /// A page of section `nav` inside the frame, with the session's pending message.
-pub fn render(
+pub(crate) fn render(
     console: &Console,
     session: &Session,
     nav: Nav,
@@ -31,7 +31,7 @@ pub fn render(
 }
 
 /// [`render`], reloading every `refresh` seconds when given.
-pub fn render_with(
+pub(crate) fn render_with(
     console: &Console,
     session: &Session,
     nav: Nav,
@@ -51,7 +51,7 @@ pub fn render_with(
 }
 
 /// A bare error page (no session needed).
-pub fn failure(status: StatusCode, why: &str) -> Response {
+pub(crate) fn failure(status: StatusCode, why: &str) -> Response {
     let title = status.canonical_reason().unwrap_or("Error");
     let frame = Frame {
         title,
@@ -71,7 +71,7 @@ pub fn failure(status: StatusCode, why: &str) -> Response {
 
 /// A page of the console's own with an error status (the database did not answer,
 /// an unknown event).
-pub fn problem(
+pub(crate) fn problem(
     console: &Console,
     session: &Session,
     nav: Nav,
@@ -86,23 +86,39 @@ pub fn problem(
     (status, render(console, session, nav, title, body)).into_response()
 }
 
+/// The page when the store failed: 503, with the database's text in the log and
+/// not on the page.
+pub(crate) fn unavailable(
+    console: &Console,
+    session: &Session,
+    nav: Nav,
+    e: &dyn std::fmt::Display,
+) -> Response {
+    tracing::warn!(error = %e, "the store failed; the console answers 503");
+    problem(
+        console,
+        session,
+        nav,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the database did not answer; retry",
+    )
+}
+
 /// After an action: a message for the next page, and a 303 to `to`.
-pub fn done(console: &Console, session: &Session, to: &str, error: bool, text: String) -> Response {
+pub(crate) fn done(
+    console: &Console,
+    session: &Session,
+    to: &str,
+    error: bool,
+    text: String,
+) -> Response {
     console.sessions.flash(&session.id, error, text);
     Redirect::to(to).into_response()
 }
 
 /// `to` if it is a console page (so that a form's `back` field cannot send the
 /// browser elsewhere), else `/console`.
-///
-/// ```
-/// use hookbox::console::pages::console_path;
-/// assert_eq!(console_path("/console/events?status=failed"), "/console/events?status=failed");
-/// assert_eq!(console_path("https://evil.example/"), "/console");
-/// assert_eq!(console_path("//evil.example/console"), "/console");
-/// assert_eq!(console_path("/consoleevil"), "/console");
-/// ```
-pub fn console_path(to: &str) -> &str {
+pub(crate) fn console_path(to: &str) -> &str {
     let inside = to == "/console" || to.starts_with("/console/") || to.starts_with("/console?");
     if inside && !to.contains('\\') {
         to
@@ -112,21 +128,14 @@ pub fn console_path(to: &str) -> &str {
 }
 
 /// A form or query value with surrounding blanks removed; `None` when empty.
-pub fn given(v: Option<&str>) -> Option<String> {
+pub(crate) fn given(v: Option<&str>) -> Option<String> {
     v.map(str::trim)
         .filter(|v| !v.is_empty())
         .map(str::to_owned)
 }
 
 /// Builds a query string of the non-empty `pairs` (`?a=1&b=2`, or empty).
-///
-/// ```
-/// use hookbox::console::pages::query;
-/// assert_eq!(query(&[("status", Some("failed")), ("key", None), ("q", Some("a b&c"))]),
-///            "?status=failed&q=a+b%26c");
-/// assert_eq!(query(&[("key", None)]), "");
-/// ```
-pub fn query(pairs: &[(&str, Option<&str>)]) -> String {
+pub(crate) fn query(pairs: &[(&str, Option<&str>)]) -> String {
     let mut s = url::form_urlencoded::Serializer::new(String::new());
     let mut any = false;
     for (k, v) in pairs {
@@ -143,12 +152,7 @@ pub fn query(pairs: &[(&str, Option<&str>)]) -> String {
 }
 
 /// Percent-encodes `text` as one URL path segment (everything but `A–Z a–z 0–9 - . _ ~`).
-///
-/// ```
-/// assert_eq!(hookbox::console::pages::segment("a b/c"), "a%20b%2Fc");
-/// assert_eq!(hookbox::console::pages::segment("billing-sync.v2"), "billing-sync.v2");
-/// ```
-pub fn segment(text: &str) -> String {
+pub(crate) fn segment(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for b in text.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
@@ -158,4 +162,45 @@ pub fn segment(text: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    /// The item's worked example (it is crate-private, so no doc test).
+    #[test]
+    fn the_console_path_example() {
+        use crate::console::pages::console_path;
+        assert_eq!(
+            console_path("/console/events?status=failed"),
+            "/console/events?status=failed"
+        );
+        assert_eq!(console_path("https://evil.example/"), "/console");
+        assert_eq!(console_path("//evil.example/console"), "/console");
+        assert_eq!(console_path("/consoleevil"), "/console");
+    }
+
+    /// The item's worked example (it is crate-private, so no doc test).
+    #[test]
+    fn the_query_example() {
+        use crate::console::pages::query;
+        assert_eq!(
+            query(&[
+                ("status", Some("failed")),
+                ("key", None),
+                ("q", Some("a b&c"))
+            ]),
+            "?status=failed&q=a+b%26c"
+        );
+        assert_eq!(query(&[("key", None)]), "");
+    }
+
+    /// The item's worked example (it is crate-private, so no doc test).
+    #[test]
+    fn the_segment_example() {
+        assert_eq!(crate::console::pages::segment("a b/c"), "a%20b%2Fc");
+        assert_eq!(
+            crate::console::pages::segment("billing-sync.v2"),
+            "billing-sync.v2"
+        );
+    }
 }

@@ -5,7 +5,6 @@
 
 use axum::extract::State;
 use axum::response::Response;
-use http::StatusCode;
 use maud::html;
 
 use super::render;
@@ -14,18 +13,11 @@ use crate::console::{Console, Visitor, chart};
 use crate::model::{Status, Timestamp};
 
 /// `GET /console`.
-pub async fn page(State(console): State<Console>, axum::Extension(s): Visitor) -> Response {
+pub(crate) async fn page(State(console): State<Console>, axum::Extension(s): Visitor) -> Response {
     let (stats, overview) = match tokio::join!(console.app.store.stats(), console.overview()) {
         (Ok(stats), Ok(overview)) => (stats, overview),
         (Err(e), _) | (_, Err(e)) => {
-            let why = format!("the database did not answer: {e}");
-            return super::problem(
-                &console,
-                &s,
-                Nav::Overview,
-                StatusCode::SERVICE_UNAVAILABLE,
-                &why,
-            );
+            return super::unavailable(&console, &s, Nav::Overview, &e);
         }
     };
     let now = Timestamp::now();

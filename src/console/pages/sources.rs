@@ -41,7 +41,7 @@ fn facts(view: &Value) -> Markup {
 }
 
 /// `GET /console/sources`.
-pub async fn list(State(console): State<Console>, axum::Extension(s): Visitor) -> Response {
+pub(crate) async fn list(State(console): State<Console>, axum::Extension(s): Visitor) -> Response {
     let sources = console.app.sources.all();
     let body = html! {
         h1 { "Sources" }

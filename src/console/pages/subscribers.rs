@@ -67,12 +67,7 @@ pub(crate) fn detail(status: StatusCode, body: &Value) -> String {
 }
 
 /// Splits a list typed into one field: commas and whitespace separate items.
-///
-/// ```
-/// use hookbox::console::pages::subscribers::items;
-/// assert_eq!(items("order.*, invoice.paid  refund.*"), ["order.*", "invoice.paid", "refund.*"]);
-/// ```
-pub fn items(text: &str) -> Vec<String> {
+pub(crate) fn items(text: &str) -> Vec<String> {
     text.split(|c: char| c == ',' || c.is_whitespace())
         .filter(|s| !s.is_empty())
         .map(str::to_owned)
@@ -80,7 +75,7 @@ pub fn items(text: &str) -> Vec<String> {
 }
 
 /// `GET /console/subscribers`.
-pub async fn list(State(console): State<Console>, axum::Extension(s): Visitor) -> Response {
+pub(crate) async fn list(State(console): State<Console>, axum::Extension(s): Visitor) -> Response {
     let subscribers = match console.app.store.subscribers().await {
         Ok(all) => all,
         Err(e) => {
@@ -179,7 +174,7 @@ pub async fn list(State(console): State<Console>, axum::Extension(s): Visitor) -
 }
 
 /// `POST /console/subscribers`: creates one from the form.
-pub async fn create(
+pub(crate) async fn create(
     State(console): State<Console>,
     axum::Extension(s): Visitor,
     Form(fields): Form<Fields>,
@@ -228,7 +223,7 @@ pub async fn create(
 }
 
 /// `POST /console/subscribers/{name}/active` with `active` = `true` or `false`.
-pub async fn set_active(
+pub(crate) async fn set_active(
     State(console): State<Console>,
     axum::Extension(s): Visitor,
     Path(name): Path<String>,
@@ -255,7 +250,7 @@ pub async fn set_active(
 }
 
 /// `POST /console/subscribers/{name}/delete`.
-pub async fn delete(
+pub(crate) async fn delete(
     State(console): State<Console>,
     axum::Extension(s): Visitor,
     Path(name): Path<String>,
@@ -272,4 +267,17 @@ pub async fn delete(
         Err(e) => (true, format!("Not deleted: {e}")),
     };
     done(&console, &s, "/console/subscribers", error, message)
+}
+
+#[cfg(test)]
+mod tests {
+    /// The item's worked example (it is crate-private, so no doc test).
+    #[test]
+    fn the_items_example() {
+        use crate::console::pages::subscribers::items;
+        assert_eq!(
+            items("order.*, invoice.paid  refund.*"),
+            ["order.*", "invoice.paid", "refund.*"]
+        );
+    }
 }

@@ -37,7 +37,7 @@ pub struct HttpTarget {
 }
 
 /// Builds the one shared client: pooled keep-alive connections, no redirects, a
-/// resolver that refuses forbidden addresses (see [`TargetGuard`]), and no proxy:
+/// resolver that refuses forbidden addresses (see `TargetGuard`), and no proxy:
 /// `HTTP_PROXY`, `HTTPS_PROXY` and `ALL_PROXY` are ignored (docs/handlers.md,
 /// "Outbound safety"), since a proxy
 /// would resolve and reach the target itself, past the guard.

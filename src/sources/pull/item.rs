@@ -1,7 +1,7 @@
 //! One fetched item (a page's array element, a WebSocket message) becomes an event,
 //! or is refused with a reason.
 //!
-//! The item's canonical JSON text ([`crate::json`]) is its payload; the manifest's
+//! The item's canonical JSON text (`crate::json`) is its payload; the manifest's
 //! pointers find its id (`{name}:{id}` is the idempotency key), its type (prefixed),
 //! its cursor value and, when configured, the source's sequence number and
 //! timestamp. A value that a pointer finds must be a string or a number.

@@ -1,6 +1,6 @@
 //! Pull sources (docs/sources.md): adapters that fetch events from systems that do not
-//! push — a REST API paged by a cursor (`kind = "poll"`, [`poll`]) or a WebSocket
-//! stream (`kind = "websocket"`, [`websocket`]).
+//! push — a REST API paged by a cursor (`kind = "poll"`, `poll.rs`) or a WebSocket
+//! stream (`kind = "websocket"`, `websocket.rs`).
 //!
 //! Each fetched item becomes an event through the same path as intake (the
 //! inbox: route, commit, hand to processing), keyed `{name}:{id}`, so an item

@@ -87,7 +87,7 @@ impl PgStore {
     }
 
     /// [`Self::open`] for the instance `instance_id` (`INSTANCE_ID`): the claims it
-    /// makes are held under that id (see [`instance`]).
+    /// makes are held under that id (see `postgres/instance.rs`).
     pub async fn open_as(
         url: &str,
         max_connections: u32,
