@@ -38,7 +38,7 @@ use crate::processing::feed::Feed;
 use crate::processing::job::Job;
 use crate::processing::lanes::Lanes;
 use crate::processing::queue::Queue;
-use crate::processing::window::Window;
+use crate::processing::window::{WINDOW, Window};
 use crate::registry::live::LiveRegistry;
 use crate::store::pull::{PullBatch, PulledEvent};
 use crate::store::{Inserted, PendingDelivery, ReplayFilter, Store, StoreError, WorkStore};
@@ -129,7 +129,7 @@ pub(crate) fn new_inbox(
 ) -> Inbox {
     // SQLite lets go what a lane cannot keep (the window reads it again); a
     // PostgreSQL claim is held until it runs, so lanes park all they are given.
-    let lanes = Lanes::new(matches!(work, WorkStore::Due(_)));
+    let lanes = Lanes::new(matches!(work, WorkStore::Due(_)).then_some(WINDOW));
     let feed = match work {
         WorkStore::Due(due) => Feed::Local(Window::new(
             due,

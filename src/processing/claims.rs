@@ -606,7 +606,7 @@ mod tests {
             1000,
             2,
             Duration::from_secs(30),
-            crate::processing::lanes::Lanes::new(false),
+            crate::processing::lanes::Lanes::new(None),
         );
         Some((db, store, claims))
     }

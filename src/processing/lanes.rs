@@ -92,6 +92,9 @@ pub(crate) struct Lanes {
     lanes: Mutex<HashMap<String, Held>>,
     /// Jobs beyond a lane's cap are let go to the table (SQLite) instead of parked.
     let_go: bool,
+    /// The window of due work the lanes share (SQLite; 0 on PostgreSQL): half of
+    /// it is divided among them ([`Lane::share`]).
+    window: usize,
     /// Wakes the timer: a lane waits for the clock.
     wake: Notify,
     /// Called with the oldest delivery a lane let go, once it has room for it.
@@ -132,11 +135,12 @@ impl Drop for Slot {
 impl Lanes {
     /// Lanes that let go what they cannot keep (`let_go`: the table brings it back)
     /// or park everything.
-    pub(crate) fn new(let_go: bool) -> Arc<Self> {
+    pub(crate) fn new(window: Option<usize>) -> Arc<Self> {
         let lanes = Arc::new_cyclic(|me| Self {
             me: me.clone(),
             lanes: Mutex::new(HashMap::new()),
-            let_go,
+            let_go: window.is_some(),
+            window: window.unwrap_or(0),
             wake: Notify::new(),
             spill: OnceLock::new(),
             listener: OnceLock::new(),
@@ -150,6 +154,27 @@ impl Lanes {
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Held>> {
         self.lanes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The lane of `name`, made with `flow` if it has none yet (the lanes' shares
+    /// of the window then shrink).
+    fn lane<'a>(
+        &self,
+        lanes: &'a mut HashMap<String, Held>,
+        name: &str,
+        flow: FlowControl,
+    ) -> &'a mut Held {
+        if !lanes.contains_key(name) {
+            lanes.insert(name.to_owned(), Held::new(name, flow));
+            let share = self.window / (2 * lanes.len());
+            for held in lanes.values_mut() {
+                held.lane.share = share;
+            }
+        }
+        match lanes.get_mut(name) {
+            Some(lane) => lane,
+            None => unreachable!("inserted above"),
+        }
     }
 
     /// `instances` share every destination's limits from now on.
@@ -182,9 +207,7 @@ impl Lanes {
     pub(crate) fn restore(&self, name: &str, stored: &Stored, flow: FlowControl) {
         let now = Instant::now();
         let mut lanes = self.lock();
-        let lane = lanes
-            .entry(name.to_owned())
-            .or_insert_with(|| Held::new(name, flow));
+        let lane = self.lane(&mut lanes, name, flow);
         lane.restore(stored, now);
         let state = lane.state(now);
         drop(lanes);
@@ -198,9 +221,7 @@ impl Lanes {
     pub(crate) fn follow(&self, name: &str, stored: &Stored, flow: FlowControl) {
         let now = Instant::now();
         let mut lanes = self.lock();
-        let lane = lanes
-            .entry(name.to_owned())
-            .or_insert_with(|| Held::new(name, flow));
+        let lane = self.lane(&mut lanes, name, flow);
         if !lane.follow(stored, now) {
             return;
         }
@@ -216,10 +237,7 @@ impl Lanes {
     pub(crate) fn know(&self, names: impl IntoIterator<Item = (String, FlowControl)>) {
         let mut lanes = self.lock();
         for (name, flow) in names {
-            if let std::collections::hash_map::Entry::Vacant(slot) = lanes.entry(name) {
-                let held = Held::new(slot.key(), flow);
-                slot.insert(held);
-            }
+            self.lane(&mut lanes, &name, flow);
         }
     }
 
@@ -240,12 +258,7 @@ impl Lanes {
         let now = Instant::now();
         let mut lanes = self.lock();
         let flow = self.flow_of(route);
-        if !lanes.contains_key(&route.name) {
-            lanes.insert(route.name.clone(), Held::new(&route.name, flow.clone()));
-        }
-        let Some(lane) = lanes.get_mut(&route.name) else {
-            return None; // just inserted
-        };
+        let lane = self.lane(&mut lanes, &route.name, flow.clone());
         if lane.flow != flow {
             lane.flow = flow;
         }
@@ -604,5 +617,29 @@ pub(crate) fn set_state_gauge(name: &str, state: State) {
     for s in State::ALL {
         metrics::gauge!(names::DESTINATION_STATE, "destination" => name.to_owned(), "state" => s.as_str())
             .set(if s == state { 1.0 } else { 0.0 });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shares(lanes: &Lanes) -> Vec<usize> {
+        let mut all: Vec<usize> = lanes.lock().values().map(|h| h.lane.share).collect();
+        all.sort_unstable();
+        all
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_lanes_share_half_the_window_and_a_new_lane_shrinks_every_share() {
+        let lanes = Lanes::new(Some(4096));
+        let flow = FlowControl::default();
+        lanes.know(["a", "b", "c"].map(|n| (n.to_owned(), flow.clone())));
+        assert_eq!(shares(&lanes), [682, 682, 682]);
+        lanes.know([("d".to_owned(), flow.clone())]);
+        assert_eq!(shares(&lanes), [512, 512, 512, 512]);
+        let on_postgres = Lanes::new(None);
+        on_postgres.know([("a".to_owned(), flow)]);
+        assert_eq!(shares(&on_postgres), [0], "claims are never let go");
     }
 }

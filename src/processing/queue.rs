@@ -84,9 +84,10 @@ impl<T> Queue<T> {
         // as "overloaded" by intake for that instant).
         self.depth.fetch_add(added, Ordering::Relaxed);
         drop(guard);
-        // One worker is woken; each that takes a job wakes the next while jobs
-        // remain ([`Queue::take`]). Waking one per job woke up to 128 workers
-        // per commit, most of which only parked their job in a full lane.
+        // One worker is woken; each that takes a job and gets busy with it wakes
+        // the next while jobs remain ([`Queue::pass_on`]). Waking one per job
+        // woke up to 128 workers per commit, most of which only parked their job
+        // in a full lane.
         if added > 0 {
             self.ready.notify_one();
         }
@@ -102,9 +103,6 @@ impl<T> Queue<T> {
                     return None;
                 }
                 if let Some(job) = guard.items.pop_front() {
-                    if !guard.items.is_empty() {
-                        self.ready.notify_one();
-                    }
                     return Some(Lease {
                         job: Some(job),
                         queue: self.clone(),
@@ -112,6 +110,16 @@ impl<T> Queue<T> {
                 }
             }
             notified.await;
+        }
+    }
+
+    /// Wakes one more taker while jobs are queued: a taker calls this before it
+    /// gets busy with the job it took (an attempt, the store), so the rest are not
+    /// left waiting; one that only sets its job aside takes the next itself and
+    /// wakes nobody.
+    pub(crate) fn pass_on(&self) {
+        if !self.lock().items.is_empty() {
+            self.ready.notify_one();
         }
     }
 
