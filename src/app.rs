@@ -273,7 +273,9 @@ impl App {
             listener,
             local,
         } = self;
-        info!("listening on http://{local}");
+        info!(
+            "listening on http://{local} (the console: http://{local}/console; events: POST http://{local}/webhooks)"
+        );
         let stop_http = CancellationToken::new();
         let http = {
             let stop = stop_http.clone();

@@ -595,12 +595,32 @@ impl Settings {
 
     fn log_filter(&self, name: &'static str) -> Result<String, ConfigError> {
         let text = self.text(name);
+        // A bare word is a target to the filter's syntax ("verbose" would show
+        // only a target of that name: no log at all); a level or target=level is
+        // what anyone means.
+        if let Some(word) = text.split(',').map(str::trim).find(|d| {
+            !d.is_empty()
+                && !d.contains('=')
+                && !d.contains("::")
+                && !LEVELS.contains(&d.to_ascii_lowercase().as_str())
+        }) {
+            return Err(self.invalid(
+                name,
+                &format!(
+                    "{word:?} is not a level: use one of {} or target=level",
+                    LEVELS.join(", ")
+                ),
+            ));
+        }
         tracing_subscriber::EnvFilter::builder()
             .parse(&text)
             .map(|_| text.clone())
             .map_err(|e| self.invalid(name, &format!("not a tracing filter: {e}")))
     }
 }
+
+/// The levels `LOG_LEVEL` takes, alone or after `target=`.
+const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
 
 fn default_of(name: &str) -> Option<&'static str> {
     SETTINGS
@@ -649,6 +669,8 @@ mod tests {
             ("ALLOWED_TARGETS", "10.0.0.0/99"),
             ("LOG_FORMAT", "xml"),
             ("LOG_LEVEL", "hookbox=loud"),
+            ("LOG_LEVEL", "verbose"),
+            ("LOG_LEVEL", "info,verbose"),
         ] {
             let err = Config::from_pairs([(name, bad)]).expect_err(name);
             assert!(err.to_string().contains(name), "{err}");

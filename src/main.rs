@@ -184,7 +184,17 @@ async fn serve(config: Config) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A folder named on the command line that does not exist: said, exit 2.
+fn missing_folder(dir: Option<&PathBuf>) -> Option<ExitCode> {
+    let dir = dir.filter(|d| !d.is_dir())?;
+    eprintln!("error: {}: no such folder", dir.display());
+    Some(ExitCode::from(2))
+}
+
 fn check_handlers(config: &Config, dir: Option<PathBuf>) -> ExitCode {
+    if let Some(code) = missing_folder(dir.as_ref()) {
+        return code;
+    }
     let dir = dir.unwrap_or_else(|| config.handlers_dir.clone());
     match hookbox::app::load_registry(config, &dir) {
         Ok(registry) => {
@@ -208,6 +218,9 @@ fn check_handlers(config: &Config, dir: Option<PathBuf>) -> ExitCode {
 
 fn check_sources(config: &Config, dir: Option<PathBuf>) -> ExitCode {
     use hookbox::sources::manifest;
+    if let Some(code) = missing_folder(dir.as_ref()) {
+        return code;
+    }
     let dir = dir.unwrap_or_else(|| config.sources_dir.clone());
     match manifest::load_dir(&dir, &|name| std::env::var(name).ok()) {
         Ok(sources) => {

@@ -88,6 +88,20 @@ impl Console {
 }
 
 /// The console's routes, under `/console`, for the application `app`.
+/// `GET /`: a browser goes to the console; anything else gets the API's 404.
+async fn root(headers: http::HeaderMap) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let browser = headers
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/html"));
+    if browser {
+        Redirect::to("/console").into_response()
+    } else {
+        crate::api::problem::Problem::not_found("route").into_response()
+    }
+}
+
 pub(crate) fn router(app: AppState) -> Router {
     let console = Console(Arc::new(Inner {
         api: crate::api::router(app.clone()),
@@ -133,6 +147,7 @@ pub(crate) fn router(app: AppState) -> Router {
             get(pages::login::form).post(pages::login::submit),
         )
         .route("/console/assets/console.css", get(stylesheet))
+        .route("/", get(root))
         .layer(map_response(headers))
         .layer(crate::layers::metrics::HttpMetricsLayer::new())
         .layer(crate::layers::trace::request_tracing())

@@ -489,3 +489,26 @@ fn destinations_are_paused_and_resumed_from_the_console() {
     assert_eq!(resumed.status, 303, "{}", resumed.text);
     assert_eq!(state(&hb), "healthy");
 }
+
+#[test]
+fn a_browser_at_the_root_goes_to_the_console_and_the_log_names_its_url() {
+    let hb = start(&Db::sqlite(), &[]);
+    let browser = read(
+        client()
+            .get(format!("{}/", hb.url))
+            .header("accept", "text/html,application/xhtml+xml")
+            .send()
+            .expect("get /"),
+    );
+    assert!((300..400).contains(&browser.status), "{}", browser.status);
+    assert_eq!(browser.header("location"), Some("/console"));
+    let api = read(client().get(format!("{}/", hb.url)).send().expect("get /"));
+    assert_eq!(api.status, 404, "an API client still gets problem+json");
+    assert_eq!(api.json()["code"], "not_found");
+    let console = format!("{}/console", hb.url);
+    assert!(
+        hb.logs().iter().any(|l| l.contains(&console)),
+        "the startup log names {console}: {:?}",
+        hb.logs()
+    );
+}
