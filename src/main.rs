@@ -195,6 +195,8 @@ fn check_handlers(config: &Config, dir: Option<PathBuf>) -> ExitCode {
     if let Some(code) = missing_folder(dir.as_ref()) {
         return code;
     }
+    // What loading warns about (a target the address guard will refuse) is shown.
+    hookbox::telemetry::init_tracing("warn", config.log_format);
     let dir = dir.unwrap_or_else(|| config.handlers_dir.clone());
     match hookbox::app::load_registry(config, &dir) {
         Ok(registry) => {

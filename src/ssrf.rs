@@ -26,14 +26,16 @@ pub enum TargetError {
     #[error("the URL has no host")]
     NoHost,
     /// A forbidden address.
-    #[error(
-        "{0} is a private, loopback, link-local or otherwise internal address (see ALLOWED_TARGETS)"
-    )]
+    #[error("{0} is a private, loopback, link-local or otherwise internal address; {HINT}")]
     Forbidden(IpAddr),
     /// Every address the name resolves to is forbidden.
-    #[error("{0} resolves only to internal addresses (see ALLOWED_TARGETS)")]
+    #[error("{0} resolves only to internal addresses; {HINT}")]
     ForbiddenName(String),
 }
+
+/// What a refusal tells the operator to do.
+const HINT: &str = "to deliver there, list its network in ALLOWED_TARGETS \
+     (ALLOWED_TARGETS=127.0.0.0/8,::1/128 for a receiver on this machine) and restart";
 
 /// The address policy, shared by the HTTP client and the subscribers API.
 #[derive(Debug, Clone, Default)]
@@ -56,7 +58,11 @@ impl TargetGuard {
         }
     }
 
-    /// Checks the scheme, and the host when it is a literal address.
+    /// Checks the scheme, and the host when it is a literal address or a name
+    /// that always means this machine (`localhost`, `*.localhost`: RFC 6761), so
+    /// that such a target is refused when it is configured rather than at every
+    /// delivery. Other names are checked on every address DNS returns, when
+    /// delivering.
     pub fn check_url(&self, url: &Url) -> Result<(), TargetError> {
         if !matches!(url.scheme(), "http" | "https") {
             return Err(TargetError::Scheme);
@@ -65,6 +71,14 @@ impl TargetGuard {
             None => Err(TargetError::NoHost),
             Some(url::Host::Ipv4(ip)) => self.check_ip(IpAddr::V4(ip)),
             Some(url::Host::Ipv6(ip)) => self.check_ip(IpAddr::V6(ip)),
+            Some(url::Host::Domain(name)) if is_localhost(name) => {
+                let loopback = [Ipv4Addr::LOCALHOST.into(), Ipv6Addr::LOCALHOST.into()];
+                if loopback.iter().any(|ip| self.check_ip(*ip).is_ok()) {
+                    Ok(())
+                } else {
+                    Err(TargetError::ForbiddenName(name.to_owned()))
+                }
+            }
             Some(url::Host::Domain(_)) => Ok(()),
         }
     }
@@ -87,6 +101,12 @@ impl Resolve for TargetGuard {
             Ok(Box::new(allowed.into_iter()) as Addrs)
         })
     }
+}
+
+/// `localhost` or a name under it, which resolve to loopback addresses only.
+fn is_localhost(name: &str) -> bool {
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name == "localhost" || name.ends_with(".localhost")
 }
 
 /// True for every address a webhook must not reach by default.
@@ -145,6 +165,26 @@ mod tests {
                 .is_err()
         );
         assert!(guard.check_ip("93.184.216.34".parse().expect("ip")).is_ok());
+    }
+
+    #[test]
+    fn localhost_is_refused_when_configured_unless_loopback_is_allowed() {
+        let url = |u: &str| Url::parse(u).expect("url");
+        let closed = TargetGuard::default();
+        for u in [
+            "http://localhost:9000/hook",
+            "http://LocalHost./x",
+            "https://api.localhost/x",
+        ] {
+            let err = closed.check_url(&url(u)).expect_err(u);
+            assert!(
+                err.to_string().contains("ALLOWED_TARGETS=127.0.0.0/8"),
+                "{err}"
+            );
+        }
+        assert!(closed.check_url(&url("http://localhost.example/x")).is_ok());
+        let open = TargetGuard::new(vec!["127.0.0.0/8".parse().expect("cidr")]);
+        assert!(open.check_url(&url("http://localhost:9000/hook")).is_ok());
     }
 
     #[test]

@@ -149,7 +149,10 @@ impl LiveRegistry {
         self.guard.check_url(&url).map_err(|e| SubscriberError {
             field: "url",
             message: e.to_string(),
-            forbidden_target: matches!(e, crate::ssrf::TargetError::Forbidden(_)),
+            forbidden_target: matches!(
+                e,
+                crate::ssrf::TargetError::Forbidden(_) | crate::ssrf::TargetError::ForbiddenName(_)
+            ),
         })?;
         let secrets = match s.secret.as_deref() {
             None | Some("") => Vec::new(),

@@ -620,6 +620,34 @@ fn subscribers_with_a_literal_internal_address_are_refused() {
 }
 
 #[test]
+fn a_localhost_subscriber_is_refused_with_what_to_do_unless_loopback_is_allowed() {
+    let rx = Receiver::start();
+    let local = format!("http://localhost:{}/hook", rx.port);
+    let closed = Hookbox::start(&[]);
+    let r = closed.call(
+        "POST",
+        "/subscribers",
+        Some(&subscriber_body("local", &local)),
+        &[],
+    );
+    assert_eq!(r.status, 422, "{}", r.text);
+    assert_eq!(r.json()["code"], "forbidden_target", "{}", r.text);
+    assert!(r.text.contains("ALLOWED_TARGETS=127.0.0.0/8"), "{}", r.text);
+    let open = Hookbox::start(&[LOOPBACK]);
+    let r = open.call(
+        "POST",
+        "/subscribers",
+        Some(&subscriber_body("local", &local)),
+        &[],
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+    // subscriber_body subscribes to sub.*.
+    let id = post(&open, "sub.local", json!({"n": 1}));
+    open.wait_status(&id, "completed", WAIT);
+    assert_eq!(rx.count(), 1, "delivered to the receiver through localhost");
+}
+
+#[test]
 fn bad_subscriber_bodies_are_refused_with_a_problem() {
     let rx = Receiver::start();
     let hb = Hookbox::start(&[LOOPBACK]);

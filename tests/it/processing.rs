@@ -392,3 +392,29 @@ fn handlers_check_prints_the_routing_table() {
         assert!(stdout.contains(name), "{name} missing:\n{stdout}");
     }
 }
+
+#[test]
+fn handlers_check_warns_about_a_localhost_target_with_what_to_do() {
+    let dir = new_dir();
+    write(
+        dir.path(),
+        "handlers/local.toml",
+        "name = \"local\"\nevent_types = [\"a\"]\nkind = \"http\"\n\n[http]\nurl = \"http://localhost:9000/hook\"\n",
+    );
+    let out = std::process::Command::new(crate::harness::bin())
+        .args(["handlers", "check"])
+        .arg(dir.path().join("handlers"))
+        .env_clear()
+        .output()
+        .expect("check");
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "a warning, not an error: {all}");
+    assert!(
+        all.contains("localhost") && all.contains("ALLOWED_TARGETS=127.0.0.0/8"),
+        "{all}"
+    );
+}

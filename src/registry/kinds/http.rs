@@ -22,7 +22,7 @@ use super::super::{BoxHandler, Event, HandlerError, handler_fn};
 use crate::config::MAX_DURATION;
 use crate::redact::Redactions;
 use crate::signing::{self, Secret};
-use crate::ssrf::TargetGuard;
+use crate::ssrf::{TargetError, TargetGuard};
 
 /// How much of an error answer's body goes into `last_error`.
 pub const ERROR_BODY_BYTES: usize = 1024;
@@ -110,9 +110,7 @@ async fn deliver(
     target: &HttpTarget,
     event: &Event,
 ) -> Result<(), HandlerError> {
-    guard
-        .check_url(&target.url)
-        .map_err(|e| HandlerError::Retry(e.to_string()))?;
+    guard.check_url(&target.url).map_err(|e| refused(&e))?;
     let body = body(event);
     let id = event.id.to_string();
     let timestamp = unix_now();
@@ -129,7 +127,10 @@ async fn deliver(
         .body(body)
         .send()
         .await
-        .map_err(|e| HandlerError::Retry(format!("request failed: {}", without_url(e))))?;
+        .map_err(|e| match guard_refusal(&e) {
+            Some(refusal) => refused(refusal),
+            None => HandlerError::Retry(format!("request failed: {}", without_url(e))),
+        })?;
     let status = res.status();
     event.answered(status.as_u16());
     if status.is_success() {
@@ -187,6 +188,26 @@ async fn first_bytes(mut res: reqwest::Response) -> String {
 }
 
 /// A reqwest error's message without its URL (which may carry credentials).
+/// A target the guard refused: retried like any failure (the operator may allow
+/// it), and said at `warn`, with what to do, since it fails until someone acts.
+fn refused(e: &TargetError) -> HandlerError {
+    tracing::warn!(error = %e, "a delivery's target is refused by the address guard");
+    HandlerError::Retry(e.to_string())
+}
+
+/// The guard's refusal inside a failed request (the resolver refused every
+/// address of the target's name).
+fn guard_refusal(e: &reqwest::Error) -> Option<&TargetError> {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(refusal) = s.downcast_ref::<TargetError>() {
+            return Some(refusal);
+        }
+        source = s.source();
+    }
+    None
+}
+
 fn without_url(e: reqwest::Error) -> String {
     let e = e.without_url();
     let mut text = e.to_string();
