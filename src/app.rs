@@ -125,6 +125,18 @@ pub fn openapi_json() -> String {
     crate::api::openapi::json()
 }
 
+/// A new signing secret: `whsec_` and 32 random bytes from the operating system,
+/// in base64 (what `hookbox secret` prints).
+///
+/// ```
+/// let secret = hookbox::app::new_signing_secret().expect("os random");
+/// assert!(secret.starts_with("whsec_"));
+/// assert_ne!(secret, hookbox::app::new_signing_secret().expect("os random"));
+/// ```
+pub fn new_signing_secret() -> std::io::Result<String> {
+    crate::signing::Secret::generate().map_err(std::io::Error::other)
+}
+
 /// Opens the store a configuration names (and applies its migrations).
 pub async fn open_store(config: &Config) -> Result<Arc<dyn Store>, AppError> {
     Ok(open_backend(config).await?.store)

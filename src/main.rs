@@ -47,6 +47,9 @@ enum Command {
     },
     /// Print the OpenAPI 3.1 document that GET /openapi.json serves.
     Openapi,
+    /// Print a new signing secret (whsec_ and 32 random bytes in base64), for a
+    /// subscriber's `secret`, a manifest's `secret_env` or a source.
+    Secret,
     /// Exit 0 when the service at URL answers /ready with 200 (for HEALTHCHECK).
     Health {
         /// Base URL of the service.
@@ -82,10 +85,24 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // The API's description needs no configuration (nor a valid one).
-    if matches!(cli.command, Some(Command::Openapi)) {
-        println!("{}", hookbox::app::openapi_json());
-        return ExitCode::SUCCESS;
+    // The API's description and a new secret need no configuration (nor a valid one).
+    match cli.command {
+        Some(Command::Openapi) => {
+            println!("{}", hookbox::app::openapi_json());
+            return ExitCode::SUCCESS;
+        }
+        Some(Command::Secret) => return print_secret(),
+        _ => {}
+    }
+    // A `.env` file in the working directory fills in what the environment does not
+    // set (the environment wins).
+    match dotenvy::dotenv() {
+        Ok(_) => {}
+        Err(e) if e.not_found() => {}
+        Err(e) => {
+            eprintln!("hookbox: .env: {e}");
+            return ExitCode::from(2);
+        }
     }
     let config = match Config::load() {
         Ok(c) => c,
@@ -112,7 +129,7 @@ fn main() -> ExitCode {
             Command::Sources {
                 command: SourcesCommand::Check { dir },
             } => Ok(check_sources(&config, dir)),
-            Command::Openapi => Ok(ExitCode::SUCCESS),
+            Command::Openapi | Command::Secret => Ok(ExitCode::SUCCESS),
         }
     });
     match result {
@@ -120,6 +137,19 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("hookbox: {e:#}");
             ExitCode::from(exit_code(&e))
+        }
+    }
+}
+
+fn print_secret() -> ExitCode {
+    match hookbox::app::new_signing_secret() {
+        Ok(secret) => {
+            println!("{secret}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("hookbox: no randomness from the operating system: {e}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -41,6 +41,13 @@ impl Secret {
         STANDARD.encode(&self.0)
     }
 
+    /// A new secret of 32 random bytes, as its `whsec_` text.
+    pub(crate) fn generate() -> Result<String, getrandom::Error> {
+        let mut key = [0u8; 32];
+        getrandom::fill(&mut key)?;
+        Ok(format!("whsec_{}", STANDARD.encode(key)))
+    }
+
     /// Parses a space-separated list (secret rotation).
     pub fn parse_list(text: &str) -> Result<Vec<Self>, InvalidSecret> {
         let list: Vec<Self> = text

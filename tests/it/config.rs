@@ -181,3 +181,61 @@ fn the_shipped_config_file_matches_the_defaults() {
         }
     }
 }
+
+/// `hookbox migrate` in `dir` with `env` only: its exit code and stderr.
+fn migrate_in(dir: &std::path::Path, env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let out = Command::new(bin())
+        .current_dir(dir)
+        .env_clear()
+        .env("DB_PATH", dir.join("events.db"))
+        .envs(env.iter().copied())
+        .arg("migrate")
+        .output()
+        .expect("migrate");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_dot_env_file_in_the_working_directory_is_read_and_the_environment_wins() {
+    let dir = crate::harness::new_dir();
+    write(
+        dir.path(),
+        ".env",
+        "# local settings\nLOG_LEVEL=\"verbose\"\n",
+    );
+    let (code, stderr) = migrate_in(dir.path(), &[]);
+    assert_eq!(code, Some(2), "the .env value is read: {stderr}");
+    assert!(stderr.contains("LOG_LEVEL"), "{stderr}");
+    let (code, stderr) = migrate_in(dir.path(), &[("LOG_LEVEL", "warn")]);
+    assert_eq!(code, Some(0), "the environment wins over .env: {stderr}");
+    write(dir.path(), ".env", "NOT A LINE\n");
+    let (code, stderr) = migrate_in(dir.path(), &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains(".env"), "{stderr}");
+}
+
+#[test]
+fn hookbox_secret_prints_a_new_secret_of_32_random_bytes() {
+    use base64::Engine as _;
+    let secret = || {
+        let out = Command::new(bin())
+            .arg("secret")
+            .env_clear()
+            .output()
+            .expect("secret");
+        assert_eq!(out.status.code(), Some(0));
+        String::from_utf8(out.stdout)
+            .expect("utf-8")
+            .trim()
+            .to_owned()
+    };
+    let (a, b) = (secret(), secret());
+    assert_ne!(a, b);
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(a.strip_prefix("whsec_").expect("whsec_ prefix"))
+        .expect("base64");
+    assert_eq!(key.len(), 32);
+}
