@@ -214,11 +214,13 @@ async fn serve(config: Config) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A folder named on the command line that does not exist: said, exit 2.
+/// A handlers folder named on the command line that does not exist: an error
+/// (exit 1, as for any error of a check), not "0 handlers". (A missing sources
+/// folder means no sources, as `SOURCES_DIR` does.)
 fn missing_folder(dir: Option<&PathBuf>) -> Option<ExitCode> {
     let dir = dir.filter(|d| !d.is_dir())?;
     eprintln!("error: {}: no such folder", dir.display());
-    Some(ExitCode::from(2))
+    Some(ExitCode::FAILURE)
 }
 
 fn check_handlers(config: &Config, dir: Option<PathBuf>) -> ExitCode {
@@ -250,9 +252,6 @@ fn check_handlers(config: &Config, dir: Option<PathBuf>) -> ExitCode {
 
 fn check_sources(config: &Config, dir: Option<PathBuf>) -> ExitCode {
     use hookbox::sources::manifest;
-    if let Some(code) = missing_folder(dir.as_ref()) {
-        return code;
-    }
     let dir = dir.unwrap_or_else(|| config.sources_dir.clone());
     match manifest::load_dir(&dir, &|name| std::env::var(name).ok()) {
         Ok(sources) => {

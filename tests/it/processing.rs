@@ -350,23 +350,20 @@ fn bad_manifests_stop_startup_naming_file_and_field() {
 }
 
 #[test]
-fn a_check_of_a_folder_that_does_not_exist_exits_2_and_says_so() {
+fn handlers_check_of_a_folder_that_does_not_exist_fails_and_says_so() {
     let dir = new_dir();
-    let missing = dir.path().join("typo-dir");
-    for kind in ["handlers", "sources"] {
-        let out = std::process::Command::new(crate::harness::bin())
-            .args([kind, "check"])
-            .arg(&missing)
-            .env_clear()
-            .output()
-            .expect("check");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{kind}: {stderr}");
-        assert!(
-            stderr.contains("typo-dir") && stderr.contains("no such folder"),
-            "{kind}: {stderr}"
-        );
-    }
+    let out = std::process::Command::new(crate::harness::bin())
+        .args(["handlers", "check"])
+        .arg(dir.path().join("typo-dir"))
+        .env_clear()
+        .output()
+        .expect("check");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("typo-dir") && stderr.contains("no such folder"),
+        "{stderr}"
+    );
 }
 
 #[test]
