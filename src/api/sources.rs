@@ -39,18 +39,8 @@ pub(crate) struct Items<T> {
 pub(crate) async fn list(
     State(sources): State<Arc<Sources>>,
 ) -> Result<Json<Items<SourceView>>, Problem> {
-    let cursors = match sources.cursors() {
-        Some(store) if sources.pull().next().is_some() => {
-            store.cursors().await.map_err(Problem::from)?
-        }
-        _ => Default::default(),
-    };
     Ok(Json(Items {
-        items: sources
-            .all()
-            .iter()
-            .map(|s| s.view_with(cursors.get(&s.source.name)))
-            .collect(),
+        items: sources.views().await?,
     }))
 }
 

@@ -111,6 +111,21 @@ impl Sources {
         self.by_name.get(name)
     }
 
+    /// Every source's view, a pull source's with its committed cursor (one read
+    /// of the cursors, when there is a pull source): what `GET /sources` and the
+    /// console's Sources page show.
+    pub async fn views(&self) -> Result<Vec<SourceView>, crate::store::StoreError> {
+        let cursors = match self.cursors() {
+            Some(store) if self.pull().next().is_some() => store.cursors().await?,
+            _ => Default::default(),
+        };
+        Ok(self
+            .all()
+            .iter()
+            .map(|s| s.view_with(cursors.get(&s.source.name)))
+            .collect())
+    }
+
     /// True when there are none.
     pub fn is_empty(&self) -> bool {
         self.all.is_empty()

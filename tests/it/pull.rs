@@ -330,6 +330,13 @@ on_both_backends! {
         assert_eq!(seen_auth.as_deref(), Some("Bearer ledger-s3cret-token"));
         let e = entry(&hb, "ledger");
         assert_eq!(e["cursor"], json!(25), "{e}");
+        let page = hb.get("/console/sources").unwrap();
+        assert!(
+            page.text
+                .contains(r#"<dt>cursor</dt><dd class="strong"><code>25</code></dd>"#),
+            "the console shows the committed cursor: {}",
+            page.text
+        );
         assert_eq!(e["kind"], "poll");
         assert_eq!(e["accepted"], 25);
         assert!(matches!(e["state"].as_str(), Some("running")), "{e}");

@@ -43,14 +43,18 @@ fn facts(view: &Value) -> Markup {
 /// `GET /console/sources`.
 pub(crate) async fn list(State(console): State<Console>, axum::Extension(s): Visitor) -> Response {
     let sources = console.app.sources.all();
+    let views = match console.app.sources.views().await {
+        Ok(views) => views,
+        Err(e) => return super::unavailable(&console, &s, Nav::Sources, &e),
+    };
     let body = html! {
         h1 { "Sources" }
         p.muted { "Counts are this instance's since it started (GET /sources)." }
         @if sources.is_empty() {
             (empty("No sources configured (SOURCES_DIR): events arrive through POST /webhooks only."))
         }
-        @for src in sources {
-            @let view = serde_json::to_value(src.view()).unwrap_or(Value::Null);
+        @for (src, view) in sources.iter().zip(&views) {
+            @let view = serde_json::to_value(view).unwrap_or(Value::Null);
             @let rejected = src.rejected_log();
             article.card.source id={ "source-" (src.source.name) } {
                 header {
