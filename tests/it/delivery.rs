@@ -1000,3 +1000,65 @@ fn a_literal_loopback_target_is_refused_at_delivery_time() {
 fn a_name_resolving_to_loopback_is_refused_at_delivery_time() {
     refused_at_delivery("localhost", &["localhost", "127.0.0.1", "::1"]);
 }
+
+// ---------------------------------------------------------------------------
+// k. The README's quick start
+// ---------------------------------------------------------------------------
+
+/// The README's quick start, step by step against the real binary: hookbox with
+/// loopback allowed, a receiver on 127.0.0.1, `hookbox secret`, the subscriber
+/// and the event as the README writes them; the receiver gets the event signed
+/// with that secret (checked here from the specification).
+#[test]
+fn the_readme_quick_start_ends_with_a_signed_delivery_at_the_readers_receiver() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README");
+    for step in [
+        "ALLOWED_TARGETS=127.0.0.0/8 hookbox",
+        "SECRET=$(hookbox secret)",
+        r#""name": "my-app", "event_types": ["order.*"],"#,
+        r#""url": "http://127.0.0.1:9000/hooks", "secret": "'"$SECRET"'"}'"#,
+        "-H 'Idempotency-Key: order-42-created'",
+        r#"-d '{"event_type": "order.created", "payload": {"order_id": 42}}'"#,
+    ] {
+        assert!(
+            readme.contains(step),
+            "the quick start no longer says {step:?}"
+        );
+    }
+    let rx = Receiver::start();
+    let hb = Hookbox::start(&[("ALLOWED_TARGETS", "127.0.0.0/8")]);
+    let out = std::process::Command::new(crate::harness::bin())
+        .arg("secret")
+        .env_clear()
+        .output()
+        .expect("hookbox secret");
+    let secret = String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .trim()
+        .to_owned();
+    let subscriber = json!({
+        "name": "my-app", "event_types": ["order.*"],
+        "url": format!("{}/hooks", rx.url), "secret": secret,
+    });
+    let r = hb.call("POST", "/subscribers", Some(&subscriber), &[]);
+    assert_eq!(r.status, 201, "{}", r.text);
+    let r = hb.post(
+        &json!({"event_type": "order.created", "payload": {"order_id": 42}}),
+        &[("Idempotency-Key", "order-42-created")],
+    );
+    assert_eq!(r.status, 202, "{}", r.text);
+    let got = rx.wait_for(1, WAIT).remove(0);
+    assert_eq!(got.path, "/hooks");
+    assert_eq!(got.json()["payload"], json!({"order_id": 42}));
+    let expected = signature(
+        &secret,
+        got.header("webhook-id").expect("webhook-id"),
+        got.header("webhook-timestamp").expect("webhook-timestamp"),
+        &got.body,
+    );
+    assert_eq!(
+        got.header("webhook-signature"),
+        Some(format!("v1,{expected}").as_str())
+    );
+}
