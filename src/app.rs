@@ -44,8 +44,9 @@ pub enum AppError {
     /// The database could not be opened or migrated.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// The listen address could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
+    /// The listen address could not be bound (the cause follows in the error's
+    /// chain).
+    #[error("cannot listen on {addr}")]
     Bind {
         /// The address.
         addr: SocketAddr,

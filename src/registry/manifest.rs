@@ -170,6 +170,18 @@ pub fn load_dir(dir: &Path, ctx: &Context) -> Result<Registry, Vec<ManifestError
     })
 }
 
+/// Where in `text` a TOML error is, as " (line L, column C)" (1-based), or
+/// nothing when the parser gave no place.
+pub(crate) fn toml_position(text: &str, e: &toml::de::Error) -> String {
+    let Some(span) = e.span() else {
+        return String::new();
+    };
+    let before = text.get(..span.start).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    format!(" (line {line}, column {column})")
+}
+
 /// The `*.toml` files of a manifests folder (`what`: "handlers", "sources"), sorted;
 /// none when the folder does not exist.
 pub(crate) fn manifest_files(dir: &Path, what: &str) -> Result<Vec<PathBuf>, ManifestError> {
@@ -220,7 +232,7 @@ fn load(file: &Path, ctx: &Context, secrets: &HashSet<String>) -> Result<Route, 
     let m: Manifest = toml::from_str(&text).map_err(|e| {
         let message = e.message().to_owned();
         let field = field_of(&message);
-        err(&field, message)
+        err(&field, format!("{message}{}", toml_position(&text, &e)))
     })?;
     let stem = file
         .file_stem()

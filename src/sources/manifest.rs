@@ -149,7 +149,10 @@ pub fn load_str(
         ManifestError {
             file: file.to_owned(),
             field,
-            message,
+            message: format!(
+                "{message}{}",
+                crate::registry::manifest::toml_position(text, &e)
+            ),
         }
     })?;
     build(file, m, env).map_err(|p| error(file, p))

@@ -415,3 +415,49 @@ fn handlers_check_warns_about_a_localhost_target_with_what_to_do() {
         "{all}"
     );
 }
+
+#[test]
+fn a_manifest_with_a_toml_syntax_error_is_named_with_its_line_and_column() {
+    let dir = new_dir();
+    write(
+        dir.path(),
+        "handlers/broken.toml",
+        "name = \"broken\"\nevent_types = [\"a\"\nkind = \"log\"\n",
+    );
+    let out = std::process::Command::new(crate::harness::bin())
+        .args(["handlers", "check"])
+        .arg(dir.path().join("handlers"))
+        .env_clear()
+        .output()
+        .expect("check");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("broken.toml") && stdout.contains("(line 3, column 1)"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn an_address_in_use_is_said_once() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("addr").to_string();
+    let dir = new_dir();
+    let out = std::process::Command::new(crate::harness::bin())
+        .arg("serve")
+        .env_clear()
+        .env("BIND_ADDR", &addr)
+        .env("DB_PATH", dir.path().join("events.db"))
+        .env("HANDLERS_DIR", dir.path().join("handlers"))
+        .env("SOURCES_DIR", dir.path().join("sources"))
+        .output()
+        .expect("serve");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("cannot listen"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(line.contains(&addr), "{line}");
+    assert_eq!(line.matches("in use").count(), 1, "said once: {line}");
+}
