@@ -3,8 +3,14 @@
 # hookbox container image.
 #   docker build -t hookbox .
 #   docker run -p 8000:8000 -v hookbox-data:/data hookbox
-# Handler manifests live in /etc/hookbox/handlers (mount your own over it) and
-# the config file in /etc/hookbox/hookbox.toml; env vars override both.
+# Manifests are mounted, one folder per kind, under /etc/hookbox: handlers in
+# /etc/hookbox/handlers, sources in /etc/hookbox/sources (both empty in the
+# image: nothing of the build machine's handlers/ is baked in), e.g.
+#   docker run -p 8000:8000 -v hookbox-data:/data \
+#     -v "$PWD/handlers:/etc/hookbox/handlers:ro" -v "$PWD/sources:/etc/hookbox/sources:ro" hookbox
+# The config file is /etc/hookbox/hookbox.toml; env vars override it. /data
+# belongs to uid 10001: a bind-mounted data folder must be writable by it
+# (chown 10001 DIR).
 
 FROM rust:1-bookworm AS builder
 WORKDIR /src
@@ -26,16 +32,16 @@ RUN apt-get update \
     && groupadd --system --gid 10001 hookbox \
     && useradd --system --uid 10001 --gid hookbox --home-dir /data \
        --shell /usr/sbin/nologin hookbox \
-    && mkdir -p /data /etc/hookbox \
+    && mkdir -p /data /etc/hookbox/handlers /etc/hookbox/sources \
     && chown hookbox:hookbox /data
 
 COPY --from=builder /usr/local/bin/hookbox /usr/local/bin/hookbox
-COPY handlers/ /etc/hookbox/handlers/
 COPY config/hookbox.toml /etc/hookbox/hookbox.toml
 
 ENV DB_PATH=/data/events.db \
     BIND_ADDR=0.0.0.0:8000 \
     HANDLERS_DIR=/etc/hookbox/handlers \
+    SOURCES_DIR=/etc/hookbox/sources \
     HOOKBOX_CONFIG=/etc/hookbox/hookbox.toml
 
 # Relative paths in exec handler commands resolve from here.

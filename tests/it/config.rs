@@ -239,3 +239,32 @@ fn hookbox_secret_prints_a_new_secret_of_32_random_bytes() {
         .expect("base64");
     assert_eq!(key.len(), 32);
 }
+
+/// The image bakes in no manifests of the build machine and names one folder per
+/// kind under one mount point (docs/configuration.md says how to mount them). No
+/// Docker daemon is needed to check what the Dockerfile says.
+#[test]
+fn the_image_mounts_manifests_per_kind_and_bakes_none_in() {
+    let dockerfile = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Dockerfile"))
+        .expect("Dockerfile");
+    let instructions: Vec<&str> = dockerfile
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .collect();
+    assert!(
+        !instructions
+            .iter()
+            .any(|l| l.contains("COPY handlers") || l.contains("COPY sources")),
+        "manifests are baked into the image"
+    );
+    for wanted in [
+        "HANDLERS_DIR=/etc/hookbox/handlers",
+        "SOURCES_DIR=/etc/hookbox/sources",
+        "mkdir -p /data /etc/hookbox/handlers /etc/hookbox/sources",
+    ] {
+        assert!(
+            instructions.iter().any(|l| l.contains(wanted)),
+            "the Dockerfile does not say {wanted}"
+        );
+    }
+}
