@@ -8,15 +8,6 @@
 //! The payload is kept as its canonical JSON text (`crate::json`: keys sorted,
 //! numbers exactly as sent, a key sent twice refused), which is what is stored;
 //! pointers read that text without building a tree of values.
-//!
-//! ```
-//! use hookbox::sources::identify::{Locator, payload};
-//!
-//! let headers = http::HeaderMap::new();
-//! let body = payload(&headers, br#"{"type": "charge.succeeded", "id": "evt_1", "n": 1.50}"#).unwrap();
-//! assert_eq!(body, r#"{"id":"evt_1","n":1.50,"type":"charge.succeeded"}"#);
-//! assert_eq!(Locator::Pointer("/type".into()).read(&headers, &body, b"").as_deref(), Some("charge.succeeded"));
-//! ```
 
 use http::HeaderMap;
 use serde_json::{Map, Value};
@@ -27,7 +18,7 @@ use crate::model::hex;
 
 /// Where one value is found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Locator {
+pub(crate) enum Locator {
     /// A request header.
     Header(http::HeaderName),
     /// A JSON pointer into the body (a string or a number there).
@@ -47,7 +38,7 @@ pub enum Locator {
 
 impl Locator {
     /// Parses a manifest's `"header:NAME"` or `"/json/pointer"`.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub(crate) fn parse(text: &str) -> Result<Self, String> {
         if let Some(name) = text.strip_prefix("header:") {
             return http::HeaderName::from_bytes(name.trim().as_bytes())
                 .map(Self::Header)
@@ -62,7 +53,7 @@ impl Locator {
     }
 
     /// Where it looks, for an error's detail ("the X-GitHub-Event header").
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Self::Header(name) => format!("the {name} header"),
             Self::Pointer(p) => format!("the body's {p}"),
@@ -78,7 +69,7 @@ impl Locator {
 
     /// The value, if the request has it (non-empty). `payload` is the body's
     /// canonical JSON text ([`payload`]), `raw` the body as received.
-    pub fn read(&self, headers: &HeaderMap, payload: &str, raw: &[u8]) -> Option<String> {
+    pub(crate) fn read(&self, headers: &HeaderMap, payload: &str, raw: &[u8]) -> Option<String> {
         let found = match self {
             Self::Header(name) => headers.get(name)?.to_str().ok()?.trim().to_owned(),
             Self::Pointer(p) => {
@@ -103,12 +94,12 @@ impl Locator {
 /// Why a body could not become a payload.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct BodyError(pub String);
+pub(crate) struct BodyError(pub String);
 
 /// The body as the event's payload, as canonical JSON text: the body's JSON, or for
 /// an `application/x-www-form-urlencoded` body an object of its fields (a field
 /// given twice keeps its last value).
-pub fn payload(headers: &HeaderMap, raw: &[u8]) -> Result<String, BodyError> {
+pub(crate) fn payload(headers: &HeaderMap, raw: &[u8]) -> Result<String, BodyError> {
     if is_form(headers) {
         let fields: Vec<(String, String)> = serde_urlencoded::from_bytes(raw)
             .map_err(|e| BodyError(format!("the form body does not parse: {e}")))?;
@@ -127,7 +118,7 @@ pub fn payload(headers: &HeaderMap, raw: &[u8]) -> Result<String, BodyError> {
 }
 
 /// True for a form-encoded body.
-pub fn is_form(headers: &HeaderMap) -> bool {
+pub(crate) fn is_form(headers: &HeaderMap) -> bool {
     headers
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -141,6 +132,26 @@ pub fn is_form(headers: &HeaderMap) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The example that was this item's doc test (the item is crate-private).
+    #[test]
+    fn the_module_example() {
+        use crate::sources::identify::{Locator, payload};
+
+        let headers = http::HeaderMap::new();
+        let body = payload(
+            &headers,
+            br#"{"type": "charge.succeeded", "id": "evt_1", "n": 1.50}"#,
+        )
+        .unwrap();
+        assert_eq!(body, r#"{"id":"evt_1","n":1.50,"type":"charge.succeeded"}"#);
+        assert_eq!(
+            Locator::Pointer("/type".into())
+                .read(&headers, &body, b"")
+                .as_deref(),
+            Some("charge.succeeded")
+        );
+    }
 
     #[test]
     fn form_bodies_become_objects_of_their_fields() {

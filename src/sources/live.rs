@@ -8,18 +8,6 @@
 //! refused, its headers without the secret-bearing ones ([`is_secret_header`]), its
 //! size and the first [`BODY_PREVIEW_BYTES`] of its body — so an operator can see
 //! why a sender's webhooks fail (a rotated secret, a clock off by minutes).
-//!
-//! ```
-//! use hookbox::sources::live::Sources;
-//! use hookbox::sources::manifest::load_str;
-//!
-//! let env = |_: &str| None;
-//! let sources = Sources::new(vec![load_str("lan.toml", "kind = \"none\"", &env).unwrap()]);
-//! let lan = sources.get("lan").unwrap();
-//! lan.accepted();
-//! assert_eq!(lan.view().accepted, 1);
-//! assert!(sources.get("other").is_none());
-//! ```
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -37,9 +25,9 @@ use crate::store::pull::{CursorRow, PullStore};
 use crate::telemetry::names;
 
 /// Rejected requests kept per source (the newest).
-pub const REJECTED_LOG_SIZE: usize = 1000;
+pub(crate) const REJECTED_LOG_SIZE: usize = 1000;
 /// How much of a rejected request's body is kept, in bytes.
-pub const BODY_PREVIEW_BYTES: usize = 1024;
+pub(crate) const BODY_PREVIEW_BYTES: usize = 1024;
 
 /// Every configured source, by name.
 #[derive(Default)]
@@ -422,7 +410,7 @@ impl LiveSource {
 /// Headers never kept in the rejected log: credentials (`Authorization`, `Cookie`,
 /// …), the kind's signature headers, and any header whose name contains
 /// `signature`, `token`, `secret`, `hmac` or `auth`.
-pub fn is_secret_header(verifier: &Verifier, name: &str) -> bool {
+pub(crate) fn is_secret_header(verifier: &Verifier, name: &str) -> bool {
     let name = name.to_ascii_lowercase();
     const WORDS: &[&str] = &["signature", "token", "secret", "hmac", "auth", "cookie"];
     if WORDS.iter().any(|w| name.contains(w)) {
@@ -445,6 +433,20 @@ pub fn is_secret_header(verifier: &Verifier, name: &str) -> bool {
 mod tests {
     use super::*;
     use crate::sources::manifest::load_str;
+
+    /// The example that was this item's doc test (the item is crate-private).
+    #[test]
+    fn the_module_example() {
+        use crate::sources::live::Sources;
+        use crate::sources::manifest::load_str;
+
+        let env = |_: &str| None;
+        let sources = Sources::new(vec![load_str("lan.toml", "kind = \"none\"", &env).unwrap()]);
+        let lan = sources.get("lan").unwrap();
+        lan.accepted();
+        assert_eq!(lan.view().accepted, 1);
+        assert!(sources.get("other").is_none());
+    }
 
     fn source(text: &str) -> LiveSource {
         let env = |name: &str| (name == "S").then(|| "hunter2-secret".to_owned());

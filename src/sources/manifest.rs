@@ -21,7 +21,7 @@
 //! ```
 //!
 //! Pull sources (`kind = "poll"` with a `[poll]` section, `kind = "websocket"` with
-//! a `[websocket]` one) are checked by [`super::pull::spec`]; they take no
+//! a `[websocket]` one) are checked by `sources/pull/spec.rs`; they take no
 //! `secret_env`, `tolerance`, `[hmac]` or `[token]`.
 //!
 //! Every problem names the file and the field; unknown fields are errors; a

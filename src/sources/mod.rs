@@ -3,35 +3,25 @@
 //! A source is one `*.toml` in `SOURCES_DIR` ([`manifest`]): a name, a kind
 //! (`github`, `stripe`, `shopify`, `slack`, `standard-webhooks`, `hmac`, `token`,
 //! `none`), the environment variable holding its secrets, and the prefix its event
-//! types get. A request is [verified](verify) over its raw bytes first; only then is
-//! the body parsed and [identified](identify): the provider's event type (prefixed)
+//! types get. A request is verified (`verify/`) over its raw bytes first; only then is
+//! the body parsed and identified (`identify.rs`): the provider's event type (prefixed)
 //! and delivery id, whose `{name}:{id}` is the event's idempotency key.
 //!
-//! A pull source (`poll`, `websocket`: [`pull`]) fetches its events instead, and
+//! A pull source (`poll`, `websocket`: `pull/`) fetches its events instead, and
 //! keeps a cursor committed beside them.
-//!
-//! ```
-//! use hookbox::sources::manifest::load_str;
-//!
-//! let env = |name: &str| (name == "GH_SECRET").then(|| "s3cret".to_owned());
-//! let source = load_str("gh.toml", "kind = \"github\"\nsecret_env = \"GH_SECRET\"\n", &env).unwrap();
-//! assert_eq!(source.name, "gh");
-//! assert_eq!(source.event_type_prefix, "gh.");
-//! assert_eq!(source.path(), "/ingest/gh");
-//! ```
 
-pub mod identify;
-pub mod live;
+pub(crate) mod identify;
+pub(crate) mod live;
 pub mod manifest;
-pub mod pull;
-pub mod verify;
+pub(crate) mod pull;
+pub(crate) mod verify;
 
 use crate::config::Secret;
 use identify::Locator;
 use verify::Verifier;
 
 /// One configured source: a push source (`POST /ingest/{name}`), or a pull source
-/// when [`Source::pull`] is set.
+/// when its `pull` spec is set.
 #[derive(Clone)]
 pub struct Source {
     /// Unique, `[A-Za-z0-9._-]`; the last segment of its URL.
@@ -39,20 +29,20 @@ pub struct Source {
     /// The manifest's `kind`, as written.
     pub kind: String,
     /// How requests are verified.
-    pub verifier: Verifier,
+    pub(crate) verifier: Verifier,
     /// The secrets any of which verifies (empty for `none`).
-    pub secrets: Vec<Secret>,
+    pub(crate) secrets: Vec<Secret>,
     /// The variable the secrets came from (shown; its value never is).
-    pub secret_env: Option<String>,
+    pub(crate) secret_env: Option<String>,
     /// Prepended to the provider's event type.
-    pub event_type_prefix: String,
+    pub(crate) event_type_prefix: String,
     /// Where the provider's event type is.
-    pub event_type: Locator,
+    pub(crate) event_type: Locator,
     /// Where the provider's delivery id is.
-    pub delivery_id: Locator,
+    pub(crate) delivery_id: Locator,
     /// A pull source's settings (kinds `poll`, `websocket`); `None` for a push
     /// source.
-    pub pull: Option<std::sync::Arc<pull::PullSpec>>,
+    pub(crate) pull: Option<std::sync::Arc<pull::PullSpec>>,
 }
 
 impl std::fmt::Debug for Source {
@@ -85,4 +75,24 @@ pub fn is_valid_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The example that was this item's doc test (the item is crate-private).
+    #[test]
+    fn the_module_example() {
+        use crate::sources::manifest::load_str;
+
+        let env = |name: &str| (name == "GH_SECRET").then(|| "s3cret".to_owned());
+        let source = load_str(
+            "gh.toml",
+            "kind = \"github\"\nsecret_env = \"GH_SECRET\"\n",
+            &env,
+        )
+        .unwrap();
+        assert_eq!(source.name, "gh");
+        assert_eq!(source.event_type_prefix, "gh.");
+        assert_eq!(source.path(), "/ingest/gh");
+    }
 }

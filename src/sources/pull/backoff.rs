@@ -1,48 +1,33 @@
 //! How long a pull adapter waits after a failure: exponential from
 //! [`FIRST`] (100 ms) to [`LAST`] (5 s), with jitter, and never less than the
 //! upstream's `Retry-After`.
-//!
-//! ```
-//! use std::time::Duration;
-//! use hookbox::sources::pull::backoff::{Backoff, FIRST, LAST};
-//!
-//! let mut b = Backoff::default();
-//! let first = b.next(None);
-//! assert!(first >= FIRST && first <= FIRST * 2);
-//! for _ in 0..20 {
-//!     assert!(b.next(None) <= LAST);
-//! }
-//! assert!(b.next(Some(Duration::from_secs(7))) >= Duration::from_secs(7));
-//! b.reset();
-//! assert!(b.next(None) <= FIRST * 2);
-//! ```
 
 use std::time::{Duration, SystemTime};
 
 use http::HeaderMap;
 
 /// The first wait.
-pub const FIRST: Duration = Duration::from_millis(100);
+pub(crate) const FIRST: Duration = Duration::from_millis(100);
 /// The longest wait (unless `Retry-After` asks for more).
-pub const LAST: Duration = Duration::from_secs(5);
+pub(crate) const LAST: Duration = Duration::from_secs(5);
 /// The longest `Retry-After` honoured.
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 
 /// Consecutive failures so far.
 #[derive(Debug, Default, Clone)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     failures: u32,
 }
 
 impl Backoff {
     /// A success: the next failure waits [`FIRST`] again.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.failures = 0;
     }
 
     /// The wait after one more failure: `FIRST · 2^n` capped at [`LAST`], jittered
     /// down by up to a half (never under `FIRST`), and at least `retry_after`.
-    pub fn next(&mut self, retry_after: Option<Duration>) -> Duration {
+    pub(crate) fn next(&mut self, retry_after: Option<Duration>) -> Duration {
         let exp = FIRST.saturating_mul(1 << self.failures.min(10)).min(LAST);
         self.failures = self.failures.saturating_add(1);
         let jittered = exp.mul_f64(0.5 + fastrand::f64() * 0.5).max(FIRST);
@@ -54,7 +39,7 @@ impl Backoff {
 }
 
 /// An answer's `Retry-After`: seconds, or an HTTP date.
-pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let text = headers
         .get(http::header::RETRY_AFTER)?
         .to_str()
@@ -70,6 +55,23 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The example that was this item's doc test (the item is crate-private).
+    #[test]
+    fn the_module_example() {
+        use crate::sources::pull::backoff::{Backoff, FIRST, LAST};
+        use std::time::Duration;
+
+        let mut b = Backoff::default();
+        let first = b.next(None);
+        assert!(first >= FIRST && first <= FIRST * 2);
+        for _ in 0..20 {
+            assert!(b.next(None) <= LAST);
+        }
+        assert!(b.next(Some(Duration::from_secs(7))) >= Duration::from_secs(7));
+        b.reset();
+        assert!(b.next(None) <= FIRST * 2);
+    }
 
     #[test]
     fn retry_after_in_seconds_or_as_a_date() {

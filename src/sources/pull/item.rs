@@ -5,16 +5,6 @@
 //! pointers find its id (`{name}:{id}` is the idempotency key), its type (prefixed),
 //! its cursor value and, when configured, the source's sequence number and
 //! timestamp. A value that a pointer finds must be a string or a number.
-//!
-//! ```
-//! use hookbox::sources::pull::item::{Fields, read};
-//!
-//! let fields = Fields::default();
-//! let item = read(&fields, "ledger", "ledger.", r#"{"id": 7, "type": "entry.posted"}"#).unwrap();
-//! assert_eq!(item.key.as_str(), "ledger:7");
-//! assert_eq!(item.event_type.as_str(), "ledger.entry.posted");
-//! assert_eq!(item.cursor.as_deref(), Some("7"));
-//! ```
 
 use chrono::DateTime;
 
@@ -24,7 +14,7 @@ use crate::model::Timestamp;
 
 /// Where each value is found in an item: JSON pointers.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fields {
+pub(crate) struct Fields {
     /// The item's id (required in every item).
     pub id: String,
     /// Its event type (required; the source's prefix is prepended).
@@ -53,7 +43,7 @@ impl Default for Fields {
 
 /// An item that is an event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Item {
+pub(crate) struct Item {
     /// `{name}:{id}`.
     pub key: IdempotencyKey,
     /// Prefix + the item's type.
@@ -71,7 +61,7 @@ pub struct Item {
 /// An item that cannot be an event: why, and its cursor value if it has one (the
 /// cursor moves past it).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refused {
+pub(crate) struct Refused {
     /// The problem code it is logged with: `invalid_body` (not JSON),
     /// `invalid_idempotency_key` (no usable id), `invalid_event_type`.
     pub code: &'static str,
@@ -82,7 +72,7 @@ pub struct Refused {
 }
 
 /// Reads one item (`text`, any JSON) of the source `name`.
-pub fn read(fields: &Fields, name: &str, prefix: &str, text: &str) -> Result<Item, Refused> {
+pub(crate) fn read(fields: &Fields, name: &str, prefix: &str, text: &str) -> Result<Item, Refused> {
     let payload = json::canonical(text).map_err(|e| Refused {
         code: "invalid_body",
         detail: format!("the item is not JSON: {e}"),
@@ -167,13 +157,7 @@ fn timestamp(text: &str) -> Option<Timestamp> {
 
 /// The cursor as the query parameter carries it: a string's text, any other
 /// value's JSON text.
-///
-/// ```
-/// use hookbox::sources::pull::item::cursor_param;
-/// assert_eq!(cursor_param("\"c_9\""), "c_9");
-/// assert_eq!(cursor_param("42"), "42");
-/// ```
-pub fn cursor_param(cursor: &str) -> String {
+pub(crate) fn cursor_param(cursor: &str) -> String {
     if cursor.starts_with('"') {
         if let Some(s) = json::string_value(cursor) {
             return s;
@@ -184,20 +168,54 @@ pub fn cursor_param(cursor: &str) -> String {
 
 /// The subscribe message: `template` with every `{cursor}` replaced by the JSON of
 /// the cursor (`null` when there is none).
-///
-/// ```
-/// use hookbox::sources::pull::item::subscribe_message;
-/// let t = r#"{"op": "subscribe", "after": {cursor}}"#;
-/// assert_eq!(subscribe_message(t, None), r#"{"op": "subscribe", "after": null}"#);
-/// assert_eq!(subscribe_message(t, Some("\"x\"")), r#"{"op": "subscribe", "after": "x"}"#);
-/// ```
-pub fn subscribe_message(template: &str, cursor: Option<&str>) -> String {
+pub(crate) fn subscribe_message(template: &str, cursor: Option<&str>) -> String {
     template.replace("{cursor}", cursor.unwrap_or("null"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The example that was this item's doc test (the item is crate-private).
+    #[test]
+    fn the_module_example() {
+        use crate::sources::pull::item::{Fields, read};
+
+        let fields = Fields::default();
+        let item = read(
+            &fields,
+            "ledger",
+            "ledger.",
+            r#"{"id": 7, "type": "entry.posted"}"#,
+        )
+        .unwrap();
+        assert_eq!(item.key.as_str(), "ledger:7");
+        assert_eq!(item.event_type.as_str(), "ledger.entry.posted");
+        assert_eq!(item.cursor.as_deref(), Some("7"));
+    }
+
+    /// The example that was this item's doc test (the item is crate-private).
+    #[test]
+    fn the_cursor_param_example() {
+        use crate::sources::pull::item::cursor_param;
+        assert_eq!(cursor_param("\"c_9\""), "c_9");
+        assert_eq!(cursor_param("42"), "42");
+    }
+
+    /// The example that was this item's doc test (the item is crate-private).
+    #[test]
+    fn the_subscribe_message_example() {
+        use crate::sources::pull::item::subscribe_message;
+        let t = r#"{"op": "subscribe", "after": {cursor}}"#;
+        assert_eq!(
+            subscribe_message(t, None),
+            r#"{"op": "subscribe", "after": null}"#
+        );
+        assert_eq!(
+            subscribe_message(t, Some("\"x\"")),
+            r#"{"op": "subscribe", "after": "x"}"#
+        );
+    }
 
     fn fields() -> Fields {
         Fields {

@@ -27,12 +27,12 @@
 //! `hookbox_source_cursor_lag_seconds`).
 
 mod adapter;
-pub mod backoff;
-pub mod item;
+pub(crate) mod backoff;
+pub(crate) mod item;
 mod poll;
 mod run;
-pub mod spec;
-pub mod status;
+pub(crate) mod spec;
+pub(crate) mod status;
 mod websocket;
 
 use std::time::Duration;
@@ -41,13 +41,13 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-pub use spec::{PullSpec, Transport};
+pub(crate) use spec::PullSpec;
 
 use crate::inbox::Inbox;
 use crate::sources::live::Sources;
 
 /// How long one request to a polled API (or a WebSocket handshake) may take.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The running adapters of this instance.
 pub(crate) struct Adapters {

@@ -34,9 +34,9 @@ use super::item::Fields;
 use crate::config::{Secret, parse_duration};
 
 /// The wait after an empty page unless `interval` says otherwise.
-pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
 /// The longest `interval` accepted.
-pub const MAX_INTERVAL: Duration = Duration::from_secs(30 * 86_400);
+pub(crate) const MAX_INTERVAL: Duration = Duration::from_secs(30 * 86_400);
 
 /// `[poll]` or `[websocket]` as written (each kind refuses the other's fields).
 #[derive(Debug, Deserialize)]
@@ -57,7 +57,7 @@ pub(crate) struct Section {
 
 /// How a pull source fetches.
 #[derive(Debug, Clone)]
-pub enum Transport {
+pub(crate) enum Transport {
     /// GET pages of items.
     Poll {
         /// The URL (its own query parameters kept).
@@ -80,7 +80,7 @@ pub enum Transport {
 
 /// A pull source's settings.
 #[derive(Clone)]
-pub struct PullSpec {
+pub(crate) struct PullSpec {
     /// Poll or WebSocket, and where.
     pub transport: Transport,
     /// Where each item's values are.
@@ -104,7 +104,7 @@ impl std::fmt::Debug for PullSpec {
 
 impl PullSpec {
     /// The upstream URL.
-    pub fn url(&self) -> &Url {
+    pub(crate) fn url(&self) -> &Url {
         match &self.transport {
             Transport::Poll { url, .. } | Transport::WebSocket { url, .. } => url,
         }
@@ -112,7 +112,7 @@ impl PullSpec {
 
     /// The URL as shown: scheme, host, port and path — no credentials, no query
     /// (either may carry a token).
-    pub fn shown_url(&self) -> String {
+    pub(crate) fn shown_url(&self) -> String {
         let url = self.url();
         let mut shown = format!("{}://{}", url.scheme(), url.host_str().unwrap_or_default());
         if let Some(port) = url.port() {

@@ -16,7 +16,7 @@ use crate::config::Secret;
 
 /// A generic HMAC scheme, from a source's `[hmac]` section.
 #[derive(Debug, Clone)]
-pub struct Scheme {
+pub(crate) struct Scheme {
     /// The header carrying the signature (lower case).
     pub header: http::HeaderName,
     /// The hash.
@@ -29,7 +29,7 @@ pub struct Scheme {
 
 impl Scheme {
     /// Verifies the body's signature against every secret.
-    pub fn verify(&self, req: &Incoming<'_>, secrets: &[Secret]) -> Result<(), Rejection> {
+    pub(crate) fn verify(&self, req: &Incoming<'_>, secrets: &[Secret]) -> Result<(), Rejection> {
         let name = self.header.as_str();
         let Some(value) = req.header(name).filter(|v| !v.trim().is_empty()) else {
             return Err(Rejection::Missing(name.to_owned()));

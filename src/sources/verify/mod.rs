@@ -6,30 +6,14 @@
 //! the source's list is tried (rotation), and a provider that signs a timestamp is
 //! held to the source's tolerance in both directions (a signature from the future is
 //! as suspect as a stale one).
-//!
-//! ```
-//! use hookbox::sources::verify::{Incoming, Verifier};
-//! use hookbox::config::Secret;
-//!
-//! let secrets = [Secret::new("It's a Secret to Everybody")];
-//! let mut headers = http::HeaderMap::new();
-//! headers.insert(
-//!     "x-hub-signature-256",
-//!     "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17".parse().unwrap(),
-//! );
-//! let ok = Incoming { headers: &headers, body: b"Hello, World!", now: 0 };
-//! assert!(Verifier::Github.verify(&ok, &secrets).is_ok());
-//! let changed = Incoming { body: b"Hello, World?", ..ok };
-//! assert_eq!(Verifier::Github.verify(&changed, &secrets).unwrap_err().reason(), "signature");
-//! ```
 
-pub mod github;
-pub mod hmac;
-pub mod shopify;
-pub mod slack;
-pub mod standard_webhooks;
-pub mod stripe;
-pub mod token;
+pub(crate) mod github;
+pub(crate) mod hmac;
+pub(crate) mod shopify;
+pub(crate) mod slack;
+pub(crate) mod standard_webhooks;
+pub(crate) mod stripe;
+pub(crate) mod token;
 
 use std::time::Duration;
 
@@ -43,7 +27,7 @@ use crate::config::Secret;
 
 /// A request as a verifier sees it: headers, the raw body, and the time it arrived.
 #[derive(Debug, Clone, Copy)]
-pub struct Incoming<'a> {
+pub(crate) struct Incoming<'a> {
     /// The request headers.
     pub headers: &'a HeaderMap,
     /// The body exactly as received.
@@ -54,7 +38,7 @@ pub struct Incoming<'a> {
 
 impl Incoming<'_> {
     /// A header's value as text, if present and visible ASCII.
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 
@@ -98,7 +82,7 @@ impl Rejection {
 
 /// The algorithm of a generic `hmac` source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Algorithm {
+pub(crate) enum Algorithm {
     /// HMAC-SHA1 (older senders).
     Sha1,
     /// HMAC-SHA256.
@@ -109,7 +93,7 @@ pub enum Algorithm {
 
 /// How a generic `hmac` source's signature is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Encoding {
+pub(crate) enum Encoding {
     /// Lower- or upper-case hex.
     Hex,
     /// Standard base64.
@@ -118,7 +102,7 @@ pub enum Encoding {
 
 /// Which scheme a source verifies, with its settings.
 #[derive(Debug, Clone)]
-pub enum Verifier {
+pub(crate) enum Verifier {
     /// GitHub: `X-Hub-Signature-256`.
     Github,
     /// Stripe: `Stripe-Signature`, timestamped.
@@ -150,7 +134,7 @@ pub enum Verifier {
 
 impl Verifier {
     /// Checks `req` against `secrets` (the source's space-separated list).
-    pub fn verify(&self, req: &Incoming<'_>, secrets: &[Secret]) -> Result<(), Rejection> {
+    pub(crate) fn verify(&self, req: &Incoming<'_>, secrets: &[Secret]) -> Result<(), Rejection> {
         match self {
             Self::Github => github::verify(req, secrets),
             Self::Stripe { tolerance } => stripe::verify(req, secrets, *tolerance),
@@ -254,6 +238,39 @@ pub(crate) fn check_timestamp(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The example that was this item's doc test (the item is crate-private).
+    #[test]
+    fn the_module_example() {
+        use crate::config::Secret;
+        use crate::sources::verify::{Incoming, Verifier};
+
+        let secrets = [Secret::new("It's a Secret to Everybody")];
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            "x-hub-signature-256",
+            "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
+                .parse()
+                .unwrap(),
+        );
+        let ok = Incoming {
+            headers: &headers,
+            body: b"Hello, World!",
+            now: 0,
+        };
+        assert!(Verifier::Github.verify(&ok, &secrets).is_ok());
+        let changed = Incoming {
+            body: b"Hello, World?",
+            ..ok
+        };
+        assert_eq!(
+            Verifier::Github
+                .verify(&changed, &secrets)
+                .unwrap_err()
+                .reason(),
+            "signature"
+        );
+    }
 
     #[test]
     fn timestamps_are_held_to_the_tolerance_both_ways() {

@@ -8,11 +8,11 @@ use super::{Algorithm, Encoding, Incoming, Rejection};
 use crate::config::Secret;
 
 /// The signature header.
-pub const SIGNATURE: &str = "x-shopify-hmac-sha256";
+pub(crate) const SIGNATURE: &str = "x-shopify-hmac-sha256";
 
 /// Verifies the body's signature against every secret: Shopify's scheme is the
 /// generic HMAC one with these settings.
-pub fn verify(req: &Incoming<'_>, secrets: &[Secret]) -> Result<(), Rejection> {
+pub(crate) fn verify(req: &Incoming<'_>, secrets: &[Secret]) -> Result<(), Rejection> {
     Scheme {
         header: http::HeaderName::from_static(SIGNATURE),
         algorithm: Algorithm::Sha256,

@@ -12,12 +12,12 @@ use super::{Algorithm, Incoming, Rejection, any_matches, check_timestamp, from_h
 use crate::config::Secret;
 
 /// The signature header.
-pub const SIGNATURE: &str = "x-slack-signature";
+pub(crate) const SIGNATURE: &str = "x-slack-signature";
 /// The signed timestamp's header.
-pub const TIMESTAMP: &str = "x-slack-request-timestamp";
+pub(crate) const TIMESTAMP: &str = "x-slack-request-timestamp";
 
 /// Verifies the timestamp and signature against every secret.
-pub fn verify(
+pub(crate) fn verify(
     req: &Incoming<'_>,
     secrets: &[Secret],
     tolerance: Option<Duration>,

@@ -14,14 +14,14 @@ use super::{Incoming, Rejection, check_timestamp, same};
 use crate::signing::Secret;
 
 /// The message id header (also the delivery id).
-pub const ID: &str = "webhook-id";
+pub(crate) const ID: &str = "webhook-id";
 /// The signed timestamp's header.
-pub const TIMESTAMP: &str = "webhook-timestamp";
+pub(crate) const TIMESTAMP: &str = "webhook-timestamp";
 /// The signature list's header.
-pub const SIGNATURE: &str = "webhook-signature";
+pub(crate) const SIGNATURE: &str = "webhook-signature";
 
 /// Verifies the timestamp and the `v1` signatures against every key.
-pub fn verify(
+pub(crate) fn verify(
     req: &Incoming<'_>,
     keys: &[Secret],
     tolerance: Option<Duration>,

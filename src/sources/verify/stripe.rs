@@ -12,10 +12,10 @@ use super::{Algorithm, Incoming, Rejection, any_matches, check_timestamp, from_h
 use crate::config::Secret;
 
 /// The signature header.
-pub const SIGNATURE: &str = "stripe-signature";
+pub(crate) const SIGNATURE: &str = "stripe-signature";
 
 /// Verifies the timestamp and the `v1` signatures against every secret.
-pub fn verify(
+pub(crate) fn verify(
     req: &Incoming<'_>,
     secrets: &[Secret],
     tolerance: Option<Duration>,

@@ -6,14 +6,14 @@ use crate::config::Secret;
 
 /// From a source's `[token]` section.
 #[derive(Debug, Clone)]
-pub struct Scheme {
+pub(crate) struct Scheme {
     /// The header; `None` = `Authorization`, compared as `Bearer <secret>`.
     pub header: Option<http::HeaderName>,
 }
 
 impl Scheme {
     /// Checks the header against every secret, in constant time.
-    pub fn verify(&self, req: &Incoming<'_>, secrets: &[Secret]) -> Result<(), Rejection> {
+    pub(crate) fn verify(&self, req: &Incoming<'_>, secrets: &[Secret]) -> Result<(), Rejection> {
         let (name, bearer) = match &self.header {
             Some(h) => (h.as_str(), false),
             None => ("authorization", true),
