@@ -62,7 +62,13 @@ impl Filter {
         ]
     }
 
-    fn describe(&self) -> String {
+    /// `n` dead letters (one: "dead letter") and what the filter selects.
+    fn describe(&self, n: u64) -> String {
+        let noun = if n == 1 {
+            "dead letter"
+        } else {
+            "dead letters"
+        };
         let mut parts = Vec::new();
         if let Some(t) = &self.event_type {
             parts.push(format!("of type {t}"));
@@ -74,9 +80,9 @@ impl Filter {
             parts.push(format!("received before {b}"));
         }
         if parts.is_empty() {
-            "every dead letter".into()
+            noun.into()
         } else {
-            format!("dead letters {}", parts.join(", "))
+            format!("{noun} {}", parts.join(", "))
         }
     }
 
@@ -144,7 +150,7 @@ pub(crate) async fn list(
             }
         }
         p.summary {
-            strong #dead-count { (number(count)) } " " (filter.describe())
+            strong #dead-count { (number(count)) } " " (filter.describe(count))
             @if count > 0 {
                 " · "
                 a.button.primary #replay-all href={ "/console/dead-letters/replay" (query(&filter.pairs())) } {
@@ -160,7 +166,7 @@ pub(crate) async fn list(
                 header {
                     code.handler { (d.handler) } " · "
                     a href={ "/console/events/" (d.event.id) } { code { (d.event.event_type) } }
-                    span.muted { " · " (d.attempts) " attempts · dead since " (ago(d.updated_at, now)) }
+                    span.muted { " · " (d.attempts) (if d.attempts == 1 { " attempt" } else { " attempts" }) " · dead since " (ago(d.updated_at, now)) }
                 }
                 p.muted.key { "event " code { (d.event.id) } " · key " code { (d.event.idempotency_key) } }
                 @if let Some(err) = &d.last_error {
@@ -209,7 +215,7 @@ pub(crate) async fn confirm(
         h1 { "Replay dead letters" }
         section.card.confirm {
             p {
-                "This resets " strong #confirm-count { (number(count)) } " " (filter.describe())
+                "This resets " strong #confirm-count { (number(count)) } " " (filter.describe(count))
                 " to pending; each gets one more attempt (their attempts and last error are kept)."
             }
             form method="post" action="/console/dead-letters/replay" {
@@ -244,7 +250,11 @@ pub(crate) async fn replay_all(
             &s,
             &back,
             false,
-            format!("Replayed {} of {}.", r.len(), filter.describe()),
+            format!(
+                "Replayed {} {}.",
+                r.len(),
+                filter.describe(u64::try_from(r.len()).unwrap_or(u64::MAX))
+            ),
         ),
         Err(e) => done(&console, &s, &back, true, format!("Replay failed: {e}")),
     }
