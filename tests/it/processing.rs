@@ -320,12 +320,7 @@ fn bad_manifests_stop_startup_naming_file_and_field() {
             stderr.contains(file) && stderr.contains(field),
             "{file}: {stderr}"
         );
-        let check = std::process::Command::new(crate::harness::bin())
-            .args(["handlers", "check"])
-            .arg(dir.path().join("handlers"))
-            .env_clear()
-            .output()
-            .expect("check");
+        let check = handlers_check(&dir.path().join("handlers"));
         assert_eq!(check.status.code(), Some(1), "{file}");
     }
     let dir = new_dir();
@@ -339,25 +334,25 @@ fn bad_manifests_stop_startup_naming_file_and_field() {
         "handlers/b.toml",
         "name = \"same\"\nevent_types = [\"b\"]\nkind = \"log\"\n",
     );
-    let check = std::process::Command::new(crate::harness::bin())
-        .args(["handlers", "check"])
-        .arg(dir.path().join("handlers"))
-        .env_clear()
-        .output()
-        .expect("check");
+    let check = handlers_check(&dir.path().join("handlers"));
     assert_eq!(check.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&check.stdout).contains("already the name"));
+}
+
+/// `hookbox handlers check DIR` with an empty environment.
+fn handlers_check(dir: &std::path::Path) -> std::process::Output {
+    std::process::Command::new(crate::harness::bin())
+        .args(["handlers", "check"])
+        .arg(dir)
+        .env_clear()
+        .output()
+        .expect("check")
 }
 
 #[test]
 fn handlers_check_of_a_folder_that_does_not_exist_fails_and_says_so() {
     let dir = new_dir();
-    let out = std::process::Command::new(crate::harness::bin())
-        .args(["handlers", "check"])
-        .arg(dir.path().join("typo-dir"))
-        .env_clear()
-        .output()
-        .expect("check");
+    let out = handlers_check(&dir.path().join("typo-dir"));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
@@ -368,15 +363,10 @@ fn handlers_check_of_a_folder_that_does_not_exist_fails_and_says_so() {
 
 #[test]
 fn handlers_check_prints_the_routing_table() {
-    let out = std::process::Command::new(crate::harness::bin())
-        .args([
-            "handlers",
-            "check",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/handlers/examples"),
-        ])
-        .env_clear()
-        .output()
-        .expect("check");
+    let out = handlers_check(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/handlers/examples"
+    )));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     for name in [
@@ -398,12 +388,7 @@ fn handlers_check_warns_about_a_localhost_target_with_what_to_do() {
         "handlers/local.toml",
         "name = \"local\"\nevent_types = [\"a\"]\nkind = \"http\"\n\n[http]\nurl = \"http://localhost:9000/hook\"\n",
     );
-    let out = std::process::Command::new(crate::harness::bin())
-        .args(["handlers", "check"])
-        .arg(dir.path().join("handlers"))
-        .env_clear()
-        .output()
-        .expect("check");
+    let out = handlers_check(&dir.path().join("handlers"));
     let all = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -424,12 +409,7 @@ fn a_manifest_with_a_toml_syntax_error_is_named_with_its_line_and_column() {
         "handlers/broken.toml",
         "name = \"broken\"\nevent_types = [\"a\"\nkind = \"log\"\n",
     );
-    let out = std::process::Command::new(crate::harness::bin())
-        .args(["handlers", "check"])
-        .arg(dir.path().join("handlers"))
-        .env_clear()
-        .output()
-        .expect("check");
+    let out = handlers_check(&dir.path().join("handlers"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(
