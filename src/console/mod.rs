@@ -113,6 +113,7 @@ pub(crate) fn router(app: AppState) -> Router {
         .route("/console", get(pages::overview::page))
         .route("/console/", get(|| async { Redirect::to("/console") }))
         .route("/console/events", get(pages::events::list))
+        .route("/console/events/test", post(pages::events::send_test))
         .route("/console/events/{id}", get(pages::event::page))
         .route("/console/events/{id}/replay", post(pages::event::replay))
         .route("/console/dead-letters", get(pages::dead_letters::list))

@@ -512,3 +512,57 @@ fn a_browser_at_the_root_goes_to_the_console_and_the_log_names_its_url() {
         hb.logs()
     );
 }
+
+#[test]
+fn a_test_event_sent_from_the_console_goes_through_intake_and_opens() {
+    let hb = start(&Db::sqlite(), &[("ADMIN_TOKEN", TOKEN)]);
+    let cookie = log_in(&hb);
+    let page = get(&hb, "/console/events", Some(&cookie));
+    assert!(page.text.contains("Send a test event"), "{}", page.text);
+    let csrf = csrf_in(&page.text);
+    let forged = post_form(
+        &hb,
+        "/console/events/test",
+        Some(&cookie),
+        &[("csrf", "0000"), ("event_type", "ok.forged")],
+    );
+    assert_eq!(forged.status, 403, "{}", forged.text);
+    let sent = post_form(
+        &hb,
+        "/console/events/test",
+        Some(&cookie),
+        &[
+            ("csrf", &csrf),
+            ("event_type", "ok.test"),
+            ("payload", r#"{"hello": "world"}"#),
+        ],
+    );
+    assert_eq!(sent.status, 303, "{}", sent.text);
+    let to = sent.header("location").expect("location").to_owned();
+    let id = to.strip_prefix("/console/events/").expect("an event page");
+    let ev = hb.wait_status(id, "completed", Duration::from_secs(20));
+    assert_eq!(ev["event_type"], "ok.test", "routed to the acceptor: {ev}");
+    let shown = get(&hb, &to, Some(&cookie));
+    assert!(
+        shown.text.contains("Test event ok.test accepted"),
+        "{}",
+        shown.text
+    );
+    let bad = post_form(
+        &hb,
+        "/console/events/test",
+        Some(&cookie),
+        &[
+            ("csrf", &csrf),
+            ("event_type", "ok.test"),
+            ("payload", "{not json"),
+        ],
+    );
+    assert_eq!(bad.header("location"), Some("/console/events"));
+    let after = get(&hb, "/console/events", Some(&cookie));
+    assert!(
+        after.text.contains("The payload is not JSON"),
+        "{}",
+        after.text
+    );
+}

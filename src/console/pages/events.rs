@@ -9,8 +9,10 @@ use axum::response::Response;
 use http::StatusCode;
 use maud::{Markup, html};
 
-use super::{given, query, render};
-use crate::console::layout::{Nav, ago, empty, status};
+use super::subscribers::call_api;
+use super::{done, given, query, render};
+use crate::console::csrf::{Fields, field};
+use crate::console::layout::{Nav, ago, csrf, empty, status};
 use crate::console::{Console, Visitor};
 use crate::model::{EventView, Status, Timestamp};
 use crate::store::{ListQuery, Page};
@@ -101,6 +103,7 @@ pub(crate) async fn list(
                 a href="/console/events" { "Clear" }
             }
         }
+        (test_event_form(&s))
         @if page.items.is_empty() {
             (empty("No events match."))
         } @else {
@@ -147,5 +150,66 @@ pub(crate) fn table(events: &[EventView]) -> Markup {
                 }
             }
         }
+    }
+}
+
+/// The type and payload a test event has unless the form says otherwise.
+const TEST_TYPE: &str = "test.ping";
+const TEST_PAYLOAD: &str = r#"{"hello": "world"}"#;
+
+/// "Send a test event": a type and a JSON payload, sent through intake like any
+/// event (`POST /webhooks`), so that it is routed and delivered as the real ones.
+fn test_event_form(session: &crate::console::session::Session) -> Markup {
+    html! {
+        details.card.test-event {
+            summary { "Send a test event" }
+            form method="post" action="/console/events/test" {
+                (csrf(session))
+                label { "Type" input name="event_type" value=(TEST_TYPE) required; }
+                label { "Payload (JSON)" textarea name="payload" rows="4" { (TEST_PAYLOAD) } }
+                div.actions { button.primary type="submit" { "Send" } }
+            }
+        }
+    }
+}
+
+/// `POST /console/events/test`: sends the form's event through `POST /webhooks`
+/// and opens it.
+pub(crate) async fn send_test(
+    State(console): State<Console>,
+    axum::Extension(s): Visitor,
+    axum::Form(fields): axum::Form<Fields>,
+) -> Response {
+    let event_type = given(field(&fields, "event_type")).unwrap_or_else(|| TEST_TYPE.to_owned());
+    let text = given(field(&fields, "payload")).unwrap_or_else(|| "null".to_owned());
+    let payload: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(e) => {
+            let why = format!("The payload is not JSON: {e}.");
+            return done(&console, &s, "/console/events", true, why);
+        }
+    };
+    let body = serde_json::json!({ "event_type": event_type, "payload": payload });
+    match call_api(&console, http::Method::POST, "/webhooks", Some(body)).await {
+        Ok((StatusCode::ACCEPTED, answer)) => {
+            let id = answer["id"].as_str().unwrap_or_default().to_owned();
+            let to = format!("/console/events/{}", super::segment(&id));
+            let message = format!("Test event {event_type} accepted; it is routed like any event.");
+            done(&console, &s, &to, false, message)
+        }
+        Ok((_, answer)) => {
+            let why = format!(
+                "Not sent: {}",
+                answer["detail"].as_str().unwrap_or("intake refused it")
+            );
+            done(&console, &s, "/console/events", true, why)
+        }
+        Err(e) => done(
+            &console,
+            &s,
+            "/console/events",
+            true,
+            format!("Not sent: {e}"),
+        ),
     }
 }
