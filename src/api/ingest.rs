@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 
 use crate::api::intake::{self, Intake};
 use crate::api::problem::Problem;
-use crate::inbox::{IdempotencyKey, Origin, Outcome, Payload, Submission};
+use crate::inbox::{self, IdempotencyKey, Origin, Outcome, Payload, Submission};
 use crate::json;
 use crate::layers::idempotency;
 use crate::model::Timestamp;
@@ -118,14 +118,23 @@ pub(crate) async fn ingest(
                 Ok(outcome) => outcome,
                 Err(e) => return Problem::from(e).into_response(),
             };
-            match &outcome {
-                Outcome::Accepted(_) => source.accepted(),
-                Outcome::Duplicate(_) => source.duplicate(),
-                Outcome::KeyReused(_) | Outcome::Refused(_) => {}
-            }
+            // What the sender sent wrong goes to the rejected log; shutting down
+            // is not the sender's fault.
+            let logged = match &outcome {
+                Outcome::Accepted(_) => {
+                    source.accepted();
+                    false
+                }
+                Outcome::Duplicate(_) => {
+                    source.duplicate();
+                    false
+                }
+                Outcome::KeyReused(_) => true,
+                Outcome::Refused(refusal) => *refusal != inbox::Refusal::Draining,
+            };
             match intake::answer(outcome) {
                 Ok(res) => res,
-                Err(problem) if problem.status == 422 => refuse(Reason::Other, problem, &body),
+                Err(problem) if logged => refuse(Reason::Other, problem, &body),
                 Err(problem) => problem.into_response(),
             }
         }

@@ -337,11 +337,13 @@ fn check_ordering_values(deliveries: &[NewDelivery]) -> Result<(), Refusal> {
     }
 }
 
-/// What a commit's result means for the submission whose fingerprint is `asked`.
-pub(crate) fn outcome(inserted: Inserted, asked: &Fingerprint) -> Outcome {
+/// What a commit's result means for the event of type `event_type` and payload
+/// hash `payload_sha256` that asked for it.
+pub(crate) fn outcome(inserted: Inserted, event_type: &str, payload_sha256: &str) -> Outcome {
+    let stored = &inserted.event;
     if inserted.created {
         Outcome::Accepted(inserted.event)
-    } else if Fingerprint::of_event(&inserted.event) == *asked {
+    } else if stored.event_type == event_type && stored.payload_sha256 == payload_sha256 {
         Outcome::Duplicate(inserted.event)
     } else {
         Outcome::KeyReused(inserted.event)
@@ -378,6 +380,36 @@ mod tests {
         assert!(IdempotencyKey::new("a".repeat(255)).is_ok());
         assert_eq!(IdempotencyKey::new("gh:1").unwrap().namespace(), Some("gh"));
         assert_eq!(IdempotencyKey::new("plain").unwrap().namespace(), None);
+    }
+
+    #[test]
+    fn keys_in_a_source_namespace_belong_to_it() {
+        let submission = |key: &str, origin: Origin| Submission {
+            event_type: EventType::new("a").unwrap(),
+            key: Some(IdempotencyKey::new(key).unwrap()),
+            payload: Payload::new("null".into()),
+            origin,
+        };
+        let rules = |names: &[&str]| Rules {
+            namespaces: names.iter().map(|n| (*n).to_owned()).collect(),
+            lifecycle: Default::default(),
+        };
+        let gh = rules(&["gh"]);
+        assert_eq!(
+            gh.check(&submission("gh:123", Origin::Webhooks)),
+            Err(Refusal::KeyOfSource { name: "gh".into() })
+        );
+        assert!(gh.check(&submission("ghx:123", Origin::Webhooks)).is_ok());
+        assert!(gh.check(&submission("gh", Origin::Webhooks)).is_ok());
+        assert!(
+            gh.check(&submission("gh:123", Origin::Source("gh".into())))
+                .is_ok()
+        );
+        assert!(
+            rules(&[])
+                .check(&submission("gh:1", Origin::Webhooks))
+                .is_ok()
+        );
     }
 
     #[test]

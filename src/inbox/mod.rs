@@ -351,7 +351,6 @@ impl Inbox {
             Ok(admitted) => admitted,
             Err(refusal) => return Ok(Outcome::Refused(refusal)),
         };
-        let asked = Fingerprint::of(&event.event_type, &event.payload_sha256);
         let mut place = Place::take(self, &event);
         let inbox = self.clone();
         detached(async move {
@@ -368,7 +367,11 @@ impl Inbox {
                             inbox.0.feed.dispatch().submit(jobs);
                             inbox.count_received(&inserted.event.event_type, unrouted);
                         }
-                        return Ok(admission::outcome(inserted, &asked));
+                        return Ok(admission::outcome(
+                            inserted,
+                            &event.event_type,
+                            &event.payload_sha256,
+                        ));
                     }
                     Err(StoreError::StaleRouting) if attempts < MAX_REROUTES => {
                         attempts += 1;
@@ -431,7 +434,7 @@ impl Inbox {
                         Place::take(self, &event),
                         Job::for_new_event(&event),
                         event.deliveries.is_empty(),
-                        Fingerprint::of(&event.event_type, &event.payload_sha256),
+                        (event.event_type.clone(), event.payload_sha256.clone()),
                     ));
                     events.push(PulledEvent {
                         event,
@@ -458,7 +461,7 @@ impl Inbox {
                 due.extend(jobs);
                 self.count_received(&inserted.event.event_type, unrouted);
             }
-            committed.push(admission::outcome(inserted, &asked));
+            committed.push(admission::outcome(inserted, &asked.0, &asked.1));
         }
         if !due.is_empty() {
             self.0.feed.dispatch().submit(due);

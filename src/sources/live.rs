@@ -90,15 +90,6 @@ impl Sources {
         &self.all
     }
 
-    /// The source whose key namespace `key` is in (`{name}:…`), if any.
-    pub fn owner_of_key(&self, key: &str) -> Option<&Arc<LiveSource>> {
-        if self.by_name.is_empty() {
-            return None;
-        }
-        let (name, _) = key.split_once(':')?;
-        self.by_name.get(name)
-    }
-
     /// Every source's view, a pull source's with its committed cursor (one read
     /// of the cursors, when there is a pull source): what `GET /sources` and the
     /// console's Sources page show.
@@ -301,11 +292,6 @@ impl LiveSource {
         log.iter().rev().cloned().collect()
     }
 
-    /// The counters.
-    pub fn view(&self) -> SourceView {
-        self.view_with(None)
-    }
-
     /// The counters, and for a pull source its committed cursor `row`.
     pub fn view_with(&self, row: Option<&CursorRow>) -> SourceView {
         let at = |t: &AtomicI64| match t.load(Ordering::Relaxed) {
@@ -444,7 +430,7 @@ mod tests {
         let sources = Sources::new(vec![load_str("lan.toml", "kind = \"none\"", &env).unwrap()]);
         let lan = sources.get("lan").unwrap();
         lan.accepted();
-        assert_eq!(lan.view().accepted, 1);
+        assert_eq!(lan.view_with(None).accepted, 1);
         assert!(sources.get("other").is_none());
     }
 
@@ -486,7 +472,7 @@ mod tests {
         assert!(!shown.contains("hunter2"), "{shown}");
         assert!(!shown.contains("Basic abc") && !shown.contains("x-custom-token"));
         assert_eq!(log[0].headers["x-trace"], "a, b");
-        assert_eq!(s.view().rejected, (REJECTED_LOG_SIZE + 5) as u64);
+        assert_eq!(s.view_with(None).rejected, (REJECTED_LOG_SIZE + 5) as u64);
     }
 
     #[test]
@@ -507,15 +493,5 @@ mod tests {
         );
         assert_eq!(e.body_bytes, 4000);
         assert!(e.body.len() <= BODY_PREVIEW_BYTES + 3);
-    }
-
-    #[test]
-    fn keys_in_a_source_namespace_belong_to_it() {
-        let env = |_: &str| None;
-        let sources = Sources::new(vec![load_str("gh.toml", "kind = \"none\"", &env).unwrap()]);
-        assert!(sources.owner_of_key("gh:123").is_some());
-        assert!(sources.owner_of_key("ghx:123").is_none());
-        assert!(sources.owner_of_key("gh").is_none());
-        assert!(Sources::default().owner_of_key("gh:1").is_none());
     }
 }
