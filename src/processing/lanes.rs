@@ -90,11 +90,11 @@ pub(crate) struct LaneView {
 pub(crate) struct Lanes {
     me: Weak<Lanes>,
     lanes: Mutex<HashMap<String, Held>>,
-    /// Jobs beyond a lane's cap are let go to the table (SQLite) instead of parked.
-    let_go: bool,
-    /// The window of due work the lanes share (SQLite; 0 on PostgreSQL): half of
-    /// it is divided among them ([`Lane::share`]).
-    window: usize,
+    /// The window of due work the lanes share (SQLite): half of it is divided
+    /// among them ([`Lane::share`]), and jobs beyond a lane's cap are let go to
+    /// the table instead of parked. `None` on PostgreSQL: claims are held until
+    /// they run, so lanes park all they are given.
+    window: Option<usize>,
     /// Wakes the timer: a lane waits for the clock.
     wake: Notify,
     /// Called with the oldest delivery a lane let go, once it has room for it.
@@ -133,14 +133,13 @@ impl Drop for Slot {
 }
 
 impl Lanes {
-    /// Lanes that let go what they cannot keep (`let_go`: the table brings it back)
-    /// or park everything.
+    /// Lanes sharing a window of due work (they let go what they cannot keep; the
+    /// table brings it back), or, without one, parking everything.
     pub(crate) fn new(window: Option<usize>) -> Arc<Self> {
         let lanes = Arc::new_cyclic(|me| Self {
             me: me.clone(),
             lanes: Mutex::new(HashMap::new()),
-            let_go: window.is_some(),
-            window: window.unwrap_or(0),
+            window,
             wake: Notify::new(),
             spill: OnceLock::new(),
             listener: OnceLock::new(),
@@ -166,7 +165,7 @@ impl Lanes {
     ) -> &'a mut Held {
         if !lanes.contains_key(name) {
             lanes.insert(name.to_owned(), Held::new(name, flow));
-            let share = self.window / (2 * lanes.len());
+            let share = self.window.unwrap_or(0) / (2 * lanes.len());
             for held in lanes.values_mut() {
                 held.lane.share = share;
             }
@@ -262,7 +261,7 @@ impl Lanes {
         if lane.flow != flow {
             lane.flow = flow;
         }
-        let entered = lane.enter(delivery, lease, now, self.let_go);
+        let entered = lane.enter(delivery, lease, now, self.window.is_some());
         if let Enter::Parked(reason) | Enter::LetGo(_, reason) = &entered {
             lane.throttled[*reason as usize].increment(1);
         }
