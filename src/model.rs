@@ -337,6 +337,10 @@ pub struct Attempt {
     pub outcome: AttemptOutcome,
     /// The HTTP status of the answer (http handlers that got one).
     pub response_status: Option<u16>,
+    /// What the receiver said: the first bytes of the answer's body (http handlers
+    /// whose answer had one, success or not); at most [`Attempt::MAX_ERROR_BYTES`],
+    /// credentials stripped.
+    pub response_body: Option<String>,
     /// Why it failed: the error, or the status and first bytes of the answer; at most
     /// [`Attempt::MAX_ERROR_BYTES`], credentials stripped.
     pub error: Option<String>,

@@ -130,6 +130,10 @@ pub(crate) fn router(app: AppState) -> Router {
             post(pages::subscribers::set_active),
         )
         .route(
+            "/console/subscribers/{name}/edit",
+            post(pages::subscribers::edit),
+        )
+        .route(
             "/console/subscribers/{name}/delete",
             post(pages::subscribers::delete),
         )

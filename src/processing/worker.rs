@@ -21,7 +21,7 @@ use crate::processing::lanes::{Lanes, Notice, Slot, is_operator_event};
 use crate::processing::queue::{Lease, Queue};
 use crate::redact;
 use crate::registry::live::LiveRegistry;
-use crate::registry::{Event, Route};
+use crate::registry::{Answered, Event, Route};
 use crate::retry::{Decision, Failure, jitter};
 use crate::store::{Store, StoreError};
 use crate::telemetry::names;
@@ -214,9 +214,13 @@ impl Workers {
         let attempt = task.attempts + 1;
         let started_at = Timestamp::now().0;
         let started = Instant::now();
-        let (result, response_status) = self.attempt_marked(route, task, attempt).await?;
+        let (result, answer) = self.attempt_marked(route, task, attempt).await?;
         let took = started.elapsed();
+        let response_status = answer.as_ref().map(|a| a.status);
         let next = self.lanes.finish(slot, verdict(&result, response_status));
+        let response_body = answer
+            .and_then(|a| a.body)
+            .map(|b| redact::attempt_error(&b, Attempt::MAX_ERROR_BYTES));
         metrics::histogram!(names::DELIVERY_DURATION, "handler" => route.name.clone())
             .record(took.as_secs_f64());
         // Its row in the attempt history, committed with the outcome.
@@ -227,6 +231,7 @@ impl Workers {
             duration_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
             outcome,
             response_status,
+            response_body: response_body.clone(),
             error: error.map(|m| redact::attempt_error(m, Attempt::MAX_ERROR_BYTES)),
         };
         let Err(failure) = result else {
@@ -285,7 +290,7 @@ impl Workers {
         route: &Route,
         task: &DeliveryTask,
         attempt: u32,
-    ) -> Result<(Result<(), Failure>, Option<u16>), crate::store::StoreError> {
+    ) -> Result<(Result<(), Failure>, Option<Answered>), crate::store::StoreError> {
         let run = attempt_once(route, task, attempt);
         tokio::pin!(run);
         tokio::select! {
@@ -414,7 +419,7 @@ async fn attempt_once(
     route: &Route,
     task: &DeliveryTask,
     attempt: u32,
-) -> (Result<(), Failure>, Option<u16>) {
+) -> (Result<(), Failure>, Option<Answered>) {
     let event = Event::new(
         task.event_id,
         task.delivery_id,
@@ -424,10 +429,10 @@ async fn attempt_once(
         task.created_at,
         attempt,
     );
-    let answer = event.answer_status();
+    let answer = event.answer();
     let call = AssertUnwindSafe(route.handler.clone().oneshot(event)).catch_unwind();
     let ran = tokio::time::timeout(route.policy.timeout, call).await;
-    let status = answer.get();
+    let answered = answer.get().cloned();
     let result = match ran {
         Err(_) => Err(Failure::retryable(format!(
             "timed out after {}",
@@ -440,7 +445,7 @@ async fn attempt_once(
         Ok(Ok(Err(e))) => Err(e.into()),
         Ok(Ok(Ok(()))) => Ok(()),
     };
-    (result, status)
+    (result, answered)
 }
 
 fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {

@@ -14,8 +14,7 @@
 //! ```
 
 use std::future::Future;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tower::util::BoxCloneSyncService;
@@ -40,20 +39,30 @@ pub struct Event {
     /// This attempt's number, from 1.
     pub attempt: u32,
     payload: Arc<str>,
-    /// Where an http handler leaves the status of the answer it got.
-    answer: AnswerStatus,
+    /// Where an http handler leaves the answer it got.
+    answer: Answer,
 }
 
-/// The HTTP status of the answer to one attempt, which an http handler leaves on
-/// the attempt's [`Event`] (all its clones share it) and the worker records with
-/// the attempt. Empty for other kinds, and when no answer came.
+/// The answer to one attempt (its HTTP status and the first bytes of its body),
+/// which an http handler leaves on the attempt's [`Event`] (all its clones share
+/// it) and the worker records with the attempt. Empty for other kinds, and when no
+/// answer came.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct AnswerStatus(Arc<AtomicU16>);
+pub(crate) struct Answer(Arc<OnceLock<Answered>>);
 
-impl AnswerStatus {
-    /// The status, once an answer came.
-    pub(crate) fn get(&self) -> Option<u16> {
-        Some(self.0.load(Ordering::Acquire)).filter(|s| *s != 0)
+/// What an answer said: the status, and the start of the body (None when empty).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Answered {
+    /// The HTTP status.
+    pub(crate) status: u16,
+    /// The first bytes of the body, as text (lossy), when it had any.
+    pub(crate) body: Option<String>,
+}
+
+impl Answer {
+    /// The answer, once one came.
+    pub(crate) fn get(&self) -> Option<&Answered> {
+        self.0.get()
     }
 }
 
@@ -76,17 +85,17 @@ impl Event {
             created_at,
             attempt,
             payload,
-            answer: AnswerStatus::default(),
+            answer: Answer::default(),
         }
     }
 
-    /// Records the HTTP status of the answer this attempt got (the http kind).
-    pub(crate) fn answered(&self, status: u16) {
-        self.answer.0.store(status, Ordering::Release);
+    /// Records the answer this attempt got (the http kind); the first one stays.
+    pub(crate) fn answered(&self, status: u16, body: Option<String>) {
+        let _ = self.answer.0.set(Answered { status, body });
     }
 
-    /// Where this attempt's answer status will be.
-    pub(crate) fn answer_status(&self) -> AnswerStatus {
+    /// Where this attempt's answer will be.
+    pub(crate) fn answer(&self) -> Answer {
         self.answer.clone()
     }
 

@@ -33,6 +33,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::time::Duration;
 
+pub(crate) use handler::Answered;
 pub use handler::{BoxHandler, Event, HandlerError, handler_fn};
 pub use pattern::{MAX_NAME_BYTES, Pattern, PatternError, event_type_error, is_event_type_byte};
 

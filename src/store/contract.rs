@@ -294,7 +294,8 @@ async fn outcomes(b: &Backend, first: &NewEvent) {
         started_at: chrono::Utc::now(),
         duration_ms: 5,
         outcome: AttemptOutcome::Completed,
-        response_status: Some(204),
+        response_status: Some(200),
+        response_body: Some(r#"{"ok":true}"#.to_owned()),
         error: None,
     });
     b.store.finish(last).await.expect("finish");
@@ -302,7 +303,15 @@ async fn outcomes(b: &Backend, first: &NewEvent) {
     let view = b.store.event(e).await.expect("event").expect("some");
     assert_eq!(view.attempts, 3);
     assert_eq!(view.deliveries[0].status, Status::Completed);
-    assert_eq!(b.store.list_attempts(e).await.expect("attempts").len(), 1);
+    let history = b.store.list_attempts(e).await.expect("attempts");
+    assert_eq!(history.len(), 1, "{}", b.name);
+    assert_eq!(history[0].response_status, Some(200), "{}", b.name);
+    assert_eq!(
+        history[0].response_body.as_deref(),
+        Some(r#"{"ok":true}"#),
+        "{}: what the receiver said is kept",
+        b.name
+    );
 }
 
 /// Recovery's view, settling, the gauges and retention.

@@ -216,7 +216,7 @@ pub(super) fn subscriber(row: &impl RowExt) -> Result<Subscriber, StoreError> {
 
 /// Columns read for an [`Attempt`].
 pub(super) const ATTEMPT_COLUMNS: &str =
-    "handler, attempt, started_at, duration_ms, outcome, response_status, error";
+    "handler, attempt, started_at, duration_ms, outcome, response_status, response_body, error";
 
 /// The order of [`Store::list_attempts`](super::Store::list_attempts): oldest first
 /// (ties, within a millisecond, by handler and number).
@@ -236,6 +236,7 @@ pub(super) fn attempt(row: &impl RowExt) -> Result<Attempt, StoreError> {
         response_status: status
             .map(|n| u16::try_from(n).map_err(|_| StoreError::Corrupt(format!("status {n}"))))
             .transpose()?,
+        response_body: opt_owned(row, "response_body")?,
         error: opt_owned(row, "error")?,
     })
 }

@@ -80,6 +80,7 @@ fn assert_shape(a: &Value) {
             "error",
             "handler",
             "outcome",
+            "response_body",
             "response_status",
             "started_at"
         ],
@@ -140,8 +141,15 @@ fn a_500_a_timeout_then_a_200_are_three_attempts_oldest_first(db: &Db) {
     );
     let waited = items[1]["duration_ms"].as_u64().expect("duration");
     assert!((900..3000).contains(&waited), "{waited} ms");
-    // The success.
+    assert!(
+        items[0]["response_body"].as_str().expect("body").starts_with("boom: xxx"),
+        "{}",
+        items[0]
+    );
+    assert_eq!(items[1]["response_body"], Value::Null);
+    // The success, with what the receiver said.
     assert_eq!(items[2]["response_status"], 200);
+    assert_eq!(items[2]["response_body"], "ok");
     assert_eq!(items[2]["error"], Value::Null);
     assert_eq!(stored_rows(db, &hb), 3);
 }
@@ -172,8 +180,11 @@ fn a_4xx_dead_letters_after_one_attempt_without_showing_credentials(db: &Db) {
     assert_eq!(a["response_status"], 422);
     let error = a["error"].as_str().expect("error");
     assert!(error.starts_with("HTTP 422: refused http://127.0.0.1/hook"), "{error}");
+    let said = a["response_body"].as_str().expect("response_body");
+    assert!(said.starts_with("refused http://127.0.0.1/hook"), "{said}");
     for secret in ["hook-password", "hook-user", basic.as_str()] {
         assert!(!error.contains(secret), "{secret} shown: {error}");
+        assert!(!said.contains(secret), "{secret} shown: {said}");
     }
     assert_eq!(receiver.count(), 1);
 }

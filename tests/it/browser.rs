@@ -2,7 +2,8 @@
 //! (WebDriver) with fantoccini, against the real binary. One scenario, as an
 //! operator lives it: log in, find an event through the filters, open it, see its
 //! deliveries and answers, replay its dead letter and watch it complete, create a
-//! subscriber; and a payload carrying a stored-XSS attempt shows as text and runs
+//! subscriber and edit it, send a test event, read a pull source's cursor; and a
+//! payload carrying a stored-XSS attempt shows as text and runs
 //! nothing. A PNG of each page is kept in `target/console-screenshots/`.
 //!
 //! Without `/usr/bin/chromedriver` (or the path in `CHROMEDRIVER`) the test skips
@@ -16,7 +17,8 @@ use std::time::{Duration, Instant};
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::json;
 
-use crate::harness::{Hookbox, exec_manifest, new_dir, script};
+use crate::harness::{Hookbox, exec_manifest, new_dir, script, write};
+use crate::receiver::{Answer, Receiver};
 
 const TOKEN: &str = "browser-admin-token-0123456789";
 
@@ -213,7 +215,25 @@ fn an_operator_finds_replays_and_subscribes_in_a_real_browser() {
         ),
     );
     exec_manifest(dir.path(), "billing", r#"["order.*"]"#, &flaky, "");
-    let hb = Hookbox::restart(dir.clone(), &[("ADMIN_TOKEN", TOKEN)]);
+    // A pull source whose upstream always has one item, 7: its cursor becomes 7.
+    let upstream = Receiver::start();
+    upstream
+        .set_default(Answer::status(200).body(r#"{"data": [{"id": 7, "type": "entry.posted"}]}"#));
+    write(
+        dir.path(),
+        "sources/ledger.toml",
+        &format!(
+            "kind = \"poll\"\nevent_type_prefix = \"ledger.\"\n[poll]\nurl = \"{}/v1/entries\"\n\
+             cursor_param = \"after\"\ninterval = \"1s\"\nitems = \"/data\"\nid = \"/id\"\n\
+             event_type = \"/type\"\ncursor = \"/id\"\n",
+            upstream.url
+        ),
+    );
+    let sources = dir.path().join("sources").display().to_string();
+    let hb = Hookbox::restart(
+        dir.clone(),
+        &[("ADMIN_TOKEN", TOKEN), ("SOURCES_DIR", &sources)],
+    );
     let xss = "<script>window.pwned=true;document.title='pwned'</script>\
                <img src=\"x\" onerror=\"window.pwned=true\">";
     let posted = hb.post(
@@ -378,15 +398,108 @@ fn an_operator_finds_replays_and_subscribes_in_a_real_browser() {
         assert!(page.contains("https://crm.example.com/hooks"), "{page}");
         snap(&c, "subscribers").await;
 
+        // Edit it: only customer events from now on, four attempts at once.
+        c.find(Locator::Css("#subscriber-crm details.edit summary"))
+            .await
+            .expect("the edit toggle")
+            .click()
+            .await
+            .expect("open");
+        let edit = c
+            .form(Locator::Css("#subscriber-crm form.edit-subscriber"))
+            .await
+            .expect("edit form");
+        edit.set_by_name("event_types", "customer.*")
+            .await
+            .expect("types");
+        edit.set_by_name("max_in_flight", "4")
+            .await
+            .expect("max in flight");
+        snap(&c, "subscriber-edit").await;
+        edit.submit().await.expect("save");
+        until_flash(&c, "Subscriber crm changed", Duration::from_secs(10)).await;
+
+        // Send a test event from the Events page; it opens, and billing takes it.
+        c.goto(&format!("{base}/console/events"))
+            .await
+            .expect("goto");
+        c.find(Locator::Css("details.test-event summary"))
+            .await
+            .expect("the test event toggle")
+            .click()
+            .await
+            .expect("open");
+        let test = c
+            .form(Locator::Css("details.test-event form"))
+            .await
+            .expect("test form");
+        test.set_by_name("event_type", "order.tested")
+            .await
+            .expect("type");
+        test.submit().await.expect("send");
+        until_flash(
+            &c,
+            "Test event order.tested accepted",
+            Duration::from_secs(10),
+        )
+        .await;
+        until_url(&c, "/console/events/", Duration::from_secs(10)).await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let badge = c
+                .find(Locator::Css("h1 .badge"))
+                .await
+                .expect("status")
+                .text()
+                .await
+                .expect("text");
+            if badge == "completed" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the test event stayed {badge}");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            c.refresh().await.expect("refresh");
+        }
+        let tested = text(&c).await;
+        assert!(
+            tested.contains("order.tested") && tested.contains("billing"),
+            "{tested}"
+        );
+
+        // The pull source's cursor, as GET /sources says it.
         c.goto(&format!("{base}/console/sources"))
             .await
             .expect("goto");
+        let mut cursor = String::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while cursor != "7" {
+            assert!(
+                Instant::now() < deadline,
+                "the cursor never showed 7: {cursor:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            c.refresh().await.expect("refresh");
+            cursor = c
+                .find(Locator::Css("#source-ledger code.cursor"))
+                .await
+                .expect("the ledger's cursor")
+                .text()
+                .await
+                .expect("text");
+        }
         snap(&c, "sources").await;
         c.close().await.expect("close");
     });
     let auth = format!("Bearer {TOKEN}");
     let sub = hb.call("GET", "/subscribers/crm", None, &[("authorization", &auth)]);
     assert_eq!(sub.status, 200, "{}", sub.text);
-    assert_eq!(sub.json()["event_types"], json!(["order.*", "customer.*"]));
-    assert_eq!(sub.json()["backoff"], json!(["5s", "30s"]));
+    let sub = sub.json();
+    assert_eq!(sub["event_types"], json!(["customer.*"]), "edited: {sub}");
+    assert_eq!(sub["max_in_flight"], 4, "edited: {sub}");
+    assert_eq!(sub["backoff"], json!(["5s", "30s"]), "kept: {sub}");
+    assert_eq!(sub["url"], "https://crm.example.com/hooks", "kept: {sub}");
+    let listed = hb
+        .call("GET", "/sources", None, &[("authorization", &auth)])
+        .json();
+    assert_eq!(listed["items"][0]["cursor"], 7, "{listed}");
 }

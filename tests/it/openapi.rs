@@ -115,6 +115,7 @@ fn the_served_document_is_the_printed_one_and_every_operation_in_it_is_served() 
         "duration_ms",
         "outcome",
         "response_status",
+        "response_body",
         "error",
     ] {
         assert!(attempt.get(field).is_some(), "Attempt.{field}: {attempt}");

@@ -333,7 +333,7 @@ on_both_backends! {
         let page = hb.get("/console/sources").unwrap();
         assert!(
             page.text
-                .contains(r#"<dt>cursor</dt><dd class="strong"><code>25</code></dd>"#),
+                .contains(r#"<dt>Cursor</dt><dd class="strong"><code class="cursor">25</code></dd>"#),
             "the console shows the committed cursor: {}",
             page.text
         );

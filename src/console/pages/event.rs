@@ -103,7 +103,8 @@ pub(crate) async fn page(
 }
 
 /// Every attempt of one delivery, oldest first: number, start, duration, outcome,
-/// HTTP status and the answer or error (already stripped of credentials).
+/// HTTP status and the error or, for a success, the answer's body (already stripped
+/// of credentials).
 fn attempt_rows<'a>(attempts: impl Iterator<Item = &'a Attempt>) -> Markup {
     let attempts: Vec<&Attempt> = attempts.collect();
     html! {
@@ -126,7 +127,10 @@ fn attempt_rows<'a>(attempts: impl Iterator<Item = &'a Attempt>) -> Markup {
                                 @if let Some(code) = a.response_status { (code) } @else { "—" }
                             }
                             td data-label="Answer" {
-                                @if let Some(err) = &a.error { pre.answer { (err) } } @else { "—" }
+                                // A failure's error holds its answer; a success shows what the receiver said.
+                                @if let Some(said) = a.error.as_ref().or(a.response_body.as_ref()) {
+                                    pre.answer { (said) }
+                                } @else { "—" }
                             }
                         }
                     }

@@ -1,7 +1,6 @@
-//! `/console/sources`: each source as `GET /sources` lists it — its counts, and for
-//! a pull source its state and cursor — with its newest rejected requests (why a
-//! sender's webhooks fail). The fields are shown as `GET /sources` names them, so
-//! whatever that listing gains appears here too.
+//! `/console/sources`: each source as `GET /sources` lists it — where senders post
+//! (or, for a pull source, where it reads, its state and cursor), its counts — with
+//! its newest rejected requests (why a sender's webhooks fail).
 
 use axum::extract::State;
 use axum::response::Response;
@@ -9,32 +8,87 @@ use maud::{Markup, html};
 use serde_json::Value;
 
 use super::render;
-use crate::console::layout::{Nav, empty};
+use crate::console::layout::{Nav, age, ago, empty};
 use crate::console::{Console, Visitor};
+use crate::model::Timestamp;
+use crate::sources::live::{RejectedRequest, SourceView};
+use crate::sources::pull::status::{PullView, State as PullState};
+
+/// A pull adapter's state as `GET /sources` writes it.
+fn state_word(state: PullState) -> String {
+    serde_json::to_value(state)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
 
 /// Rejected requests shown per source (the API keeps up to 1,000).
 const REJECTED_SHOWN: usize = 20;
 
-/// Fields shown in the card's title rather than in its table.
-const TITLE_FIELDS: [&str; 3] = ["name", "kind", "path"];
-
-/// A JSON value as short text: strings bare, null as a dash, the rest as JSON.
-fn shown(v: &Value) -> String {
-    match v {
-        Value::Null => "—".into(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
+/// The counts of one source, as tiles.
+fn counts(view: &SourceView, now: Timestamp) -> Markup {
+    html! {
+        section.tiles aria-label="Counts" {
+            div.tile {
+                span.label { "Accepted" }
+                span.value.accepted { (view.accepted) }
+                span.note { @if let Some(t) = view.last_accepted_at { "last " (ago(t, now)) } @else { "none yet" } }
+            }
+            div.tile {
+                span.label { "Duplicates" }
+                span.value.duplicates { (view.duplicates) }
+                span.note { "redeliveries answered 200" }
+            }
+            div.tile.bad[view.rejected > 0] {
+                span.label { "Rejected" }
+                span.value.rejected { (view.rejected) }
+                span.note { @if let Some(t) = view.last_rejected_at { "last " (ago(t, now)) } @else { "none" } }
+            }
+        }
     }
 }
 
-fn facts(view: &Value) -> Markup {
+/// Where a pull source reads from and how far it got.
+fn pull_facts(pull: &PullView, now: Timestamp) -> Markup {
+    let cursor = match &pull.cursor {
+        Value::Null => "— (from the beginning)".to_owned(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
     html! {
         dl.facts {
-            @if let Value::Object(fields) = view {
-                @for (k, v) in fields.iter().filter(|(k, _)| !TITLE_FIELDS.contains(&k.as_str())) {
-                    dt { (k.replace('_', " ")) }
-                    dd class=[(k == "state" || k == "cursor").then_some("strong")] { code { (shown(v)) } }
+            dt { "Pulls from" } dd { code { (pull.url) } }
+            dt { "Cursor" } dd.strong { code.cursor { (cursor) } }
+            dt { "Cursor committed" } dd { @if let Some(t) = pull.cursor_updated_at { (ago(t, now)) } @else { "never" } }
+            dt { "Last success" } dd { @if let Some(t) = pull.last_success_at { (ago(t, now)) } @else { "never" } }
+            @if let Some(lag) = pull.cursor_lag_seconds {
+                dt { "Behind the source" } dd { (age((lag * 1000.0) as i64)) }
+            }
+            @if let Some(e) = &pull.last_error {
+                dt { "Last error" }
+                dd { @if let Some(t) = pull.last_error_at { (ago(t, now)) ": " } code { (e) } }
+            }
+        }
+    }
+}
+
+/// The newest rejected requests of one source.
+fn rejected(log: &[RejectedRequest]) -> Markup {
+    html! {
+        h3 { "Rejected requests" span.muted { " (" (log.len()) ")" } }
+        @if log.is_empty() {
+            (empty("None refused."))
+        }
+        @for r in log.iter().take(REJECTED_SHOWN) {
+            details.rejected {
+                summary {
+                    time datetime=(r.received_at.to_rfc3339()) { (r.received_at.to_rfc3339()) }
+                    " · " (r.status) " " code { (r.code) } " · " (r.detail)
                 }
+                p.label { "Headers (secret-bearing ones removed)" }
+                pre { (serde_json::to_string_pretty(&r.headers).unwrap_or_default()) }
+                p.label { "Body (" (r.body_bytes) " bytes; first 1 KB)" }
+                pre { (r.body) }
             }
         }
     }
@@ -47,6 +101,7 @@ pub(crate) async fn list(State(console): State<Console>, axum::Extension(s): Vis
         Ok(views) => views,
         Err(e) => return super::unavailable(&console, &s, Nav::Sources, &e),
     };
+    let now = Timestamp::now();
     let body = html! {
         h1 { "Sources" }
         p.muted { "Counts are this instance's since it started (GET /sources)." }
@@ -54,31 +109,28 @@ pub(crate) async fn list(State(console): State<Console>, axum::Extension(s): Vis
             (empty("No sources configured (SOURCES_DIR): events arrive through POST /webhooks only."))
         }
         @for (src, view) in sources.iter().zip(&views) {
-            @let view = serde_json::to_value(view).unwrap_or(Value::Null);
-            @let rejected = src.rejected_log();
-            article.card.source id={ "source-" (src.source.name) } {
+            article.card.source id={ "source-" (view.name) } {
                 header {
-                    strong { (shown(&view["name"])) } " "
-                    span.badge { (shown(&view["kind"])) } " "
-                    code { (shown(&view["path"])) }
-                }
-                (facts(&view))
-                h3 { "Rejected requests" span.muted { " (" (rejected.len()) ")" } }
-                @if rejected.is_empty() {
-                    (empty("None refused."))
-                }
-                @for r in rejected.iter().take(REJECTED_SHOWN) {
-                    details.rejected {
-                        summary {
-                            time datetime=(r.received_at.to_rfc3339()) { (r.received_at.to_rfc3339()) }
-                            " · " (r.status) " " code { (r.code) } " · " (r.detail)
-                        }
-                        p.label { "Headers (secret-bearing ones removed)" }
-                        pre { (serde_json::to_string_pretty(&r.headers).unwrap_or_default()) }
-                        p.label { "Body (" (r.body_bytes) " bytes; first 1 KB)" }
-                        pre { (r.body) }
+                    strong { (view.name) } " "
+                    span.badge { (view.kind) }
+                    @if let Some(pull) = &view.pull {
+                        " " span.badge.state { (state_word(pull.state)) }
                     }
                 }
+                @match (&view.path, &view.pull) {
+                    (_, Some(pull)) => { (pull_facts(pull, now)) }
+                    (Some(path), None) => {
+                        dl.facts {
+                            dt { "Senders post to" } dd { code { (path) } }
+                        }
+                    }
+                    (None, None) => {}
+                }
+                @if !view.event_type_prefix.is_empty() {
+                    p.muted { "Event types start with " code { (view.event_type_prefix) } }
+                }
+                (counts(view, now))
+                (rejected(&src.rejected_log()))
             }
         }
     };

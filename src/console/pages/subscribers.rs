@@ -1,6 +1,6 @@
 //! `/console/subscribers`: the http handlers registered at run time — list,
-//! create, deactivate (or activate), delete — and the manifests' handlers, read
-//! only. Changes go through the admin API in-process (`POST /subscribers`,
+//! create, edit, deactivate (or activate), delete — and the manifests' handlers,
+//! read only. Changes go through the admin API in-process (`POST /subscribers`,
 //! `PATCH` and `DELETE /subscribers/{name}`), so they are validated and refused
 //! exactly as there, and the problem's detail is shown.
 
@@ -116,7 +116,11 @@ pub(crate) async fn list(State(console): State<Console>, axum::Extension(s): Vis
                         @if let Some(k) = &sub.ordering_key { dt { "Ordering key" } dd { code { (k) } } }
                         @if let Some(n) = sub.max_attempts { dt { "Max attempts" } dd { (n) } }
                         @if let Some(b) = &sub.backoff { dt { "Backoff" } dd { (b.join(", ")) } }
+                        @if let Some(n) = sub.max_in_flight { dt { "Max in flight" } dd { (n) } }
+                        @if let Some(r) = &sub.rate_limit { dt { "Rate limit" } dd { code { (r) } } }
+                        @if let Some(d) = &sub.disable_after { dt { "Disable after" } dd { (d) } }
                     }
+                    (edit_form(&s, sub))
                     div.actions {
                         form.inline method="post" action={ "/console/subscribers/" (super::segment(&sub.name)) "/active" } {
                             (csrf(&s))
@@ -142,6 +146,9 @@ pub(crate) async fn list(State(console): State<Console>, axum::Extension(s): Vis
                 label { "Ordering key (optional JSON pointer)" input name="ordering_key" placeholder="/customer_id"; }
                 label { "Max attempts (optional)" input name="max_attempts" type="number" min="1"; }
                 label { "Backoff (optional)" input name="backoff" placeholder="5s, 30s, 300s"; }
+                label { "Max in flight (optional, default 8)" input name="max_in_flight" type="number" min="1"; }
+                label { "Rate limit (optional)" input name="rate_limit" placeholder="50/s"; }
+                label { "Disable after (optional)" input name="disable_after" placeholder="72h"; }
                 label.check { input name="active" type="checkbox" value="true" checked; " Active" }
                 div.actions { button.primary type="submit" { "Create subscriber" } }
             }
@@ -179,32 +186,13 @@ pub(crate) async fn create(
     axum::Extension(s): Visitor,
     Form(fields): Form<Fields>,
 ) -> Response {
-    let text = |k: &str| given(field(&fields, k));
-    let name = text("name").unwrap_or_default();
-    let mut body = json!({
-        "name": name,
-        "event_types": items(&text("event_types").unwrap_or_default()),
-        "url": text("url").unwrap_or_default(),
-        "active": field(&fields, "active").is_some(),
-    });
-    if let Some(secret) = text("secret") {
-        body["secret"] = json!(secret);
-    }
-    if let Some(k) = text("ordering_key") {
-        body["ordering_key"] = json!(k);
-    }
-    if let Some(n) = text("max_attempts") {
-        match n.parse::<u32>() {
-            Ok(n) => body["max_attempts"] = json!(n),
-            Err(_) => {
-                let why = format!("Max attempts must be a whole number, not {n:?}.");
-                return done(&console, &s, "/console/subscribers", true, why);
-            }
-        }
-    }
-    if let Some(b) = text("backoff") {
-        body["backoff"] = json!(items(&b));
-    }
+    let name = given(field(&fields, "name")).unwrap_or_default();
+    let mut body = match settings(&fields, false) {
+        Ok(body) => body,
+        Err(why) => return done(&console, &s, "/console/subscribers", true, why),
+    };
+    body["name"] = json!(name);
+    body["active"] = json!(field(&fields, "active").is_some());
     let (to, error, message) =
         match call_api(&console, Method::POST, "/subscribers", Some(body)).await {
             Ok((StatusCode::CREATED, _)) => (
@@ -220,6 +208,106 @@ pub(crate) async fn create(
             Err(e) => ("/console/subscribers", true, format!("Not created: {e}")),
         };
     done(&console, &s, to, error, message)
+}
+
+/// A subscriber's settings from a create or edit form, as the API's JSON. Creating,
+/// an empty optional field is left out; editing, it removes the setting (`null`),
+/// except the secret, which an empty field keeps (`unsigned` removes it), and the
+/// URL, which is sent only when changed from the one shown (shown without its
+/// credentials, so an unchanged field keeps them).
+fn settings(fields: &Fields, editing: bool) -> Result<Value, String> {
+    let text = |k: &str| given(field(fields, k));
+    let mut body = json!({ "event_types": items(&text("event_types").unwrap_or_default()) });
+    let url = text("url").unwrap_or_default();
+    if !editing || field(fields, "url_shown") != Some(url.as_str()) {
+        body["url"] = json!(url);
+    }
+    if let Some(secret) = text("secret") {
+        body["secret"] = json!(secret);
+    } else if editing && field(fields, "unsigned").is_some() {
+        body["secret"] = Value::Null;
+    }
+    let mut optional = |key: &str, value: Option<Value>| match value {
+        Some(v) => body[key] = v,
+        None if editing => body[key] = Value::Null,
+        None => {}
+    };
+    optional("ordering_key", text("ordering_key").map(|k| json!(k)));
+    optional(
+        "max_attempts",
+        number(&text("max_attempts"), "Max attempts")?,
+    );
+    optional("backoff", text("backoff").map(|b| json!(items(&b))));
+    optional(
+        "max_in_flight",
+        number(&text("max_in_flight"), "Max in flight")?,
+    );
+    optional("rate_limit", text("rate_limit").map(|r| json!(r)));
+    optional("disable_after", text("disable_after").map(|d| json!(d)));
+    Ok(body)
+}
+
+/// A whole number typed into the field called `label`, if any.
+fn number(text: &Option<String>, label: &str) -> Result<Option<Value>, String> {
+    text.as_ref()
+        .map(|n| {
+            n.parse::<u32>()
+                .map(|n| json!(n))
+                .map_err(|_| format!("{label} must be a whole number, not {n:?}."))
+        })
+        .transpose()
+}
+
+/// The form that edits one subscriber, filled with its settings (its secret never
+/// shown: an empty field keeps it).
+fn edit_form(s: &crate::console::session::Session, sub: &crate::model::Subscriber) -> maud::Markup {
+    let shown = reqwest::Url::parse(&sub.url)
+        .map(|u| display_url(&u))
+        .unwrap_or_default();
+    let number = |n: Option<u32>| n.map(|n| n.to_string()).unwrap_or_default();
+    html! {
+        details.edit {
+            summary { "Edit" }
+            form.stack.edit-subscriber method="post" action={ "/console/subscribers/" (super::segment(&sub.name)) "/edit" } {
+                (csrf(s))
+                input type="hidden" name="url_shown" value=(shown);
+                label { "Event types" input name="event_types" required value=(sub.event_types.join(", ")); }
+                label { "URL" input name="url" type="url" required value=(shown); }
+                label { "New secret (empty: keep the current one)" input name="secret" type="password" autocomplete="off"; }
+                label.check { input name="unsigned" type="checkbox" value="true"; " Remove the secret (unsigned)" }
+                label { "Ordering key" input name="ordering_key" value=(sub.ordering_key.clone().unwrap_or_default()); }
+                label { "Max attempts" input name="max_attempts" type="number" min="1" value=(number(sub.max_attempts)); }
+                label { "Backoff" input name="backoff" value=(sub.backoff.as_ref().map(|b| b.join(", ")).unwrap_or_default()); }
+                label { "Max in flight" input name="max_in_flight" type="number" min="1" value=(number(sub.max_in_flight)); }
+                label { "Rate limit" input name="rate_limit" value=(sub.rate_limit.clone().unwrap_or_default()); }
+                label { "Disable after" input name="disable_after" value=(sub.disable_after.clone().unwrap_or_default()); }
+                div.actions { button.primary type="submit" { "Save changes" } }
+            }
+        }
+    }
+}
+
+/// `POST /console/subscribers/{name}/edit`: changes it with `PATCH`.
+pub(crate) async fn edit(
+    State(console): State<Console>,
+    axum::Extension(s): Visitor,
+    Path(name): Path<String>,
+    Form(fields): Form<Fields>,
+) -> Response {
+    let body = match settings(&fields, true) {
+        Ok(body) => body,
+        Err(why) => return done(&console, &s, "/console/subscribers", true, why),
+    };
+    let answer = call_api(&console, Method::PATCH, &api_path(&name), Some(body)).await;
+    let (error, message) = match answer {
+        Ok((StatusCode::OK, _)) => (
+            false,
+            format!("Subscriber {name} changed: its next attempts use the new settings."),
+        ),
+        Ok((status, body)) => (true, format!("Not changed: {}", detail(status, &body))),
+        Err(e) => (true, format!("Not changed: {e}")),
+    };
+    done(&console, &s, "/console/subscribers", error, message)
 }
 
 /// `POST /console/subscribers/{name}/active` with `active` = `true` or `false`.

@@ -24,8 +24,13 @@ use crate::redact::Redactions;
 use crate::signing::{self, Secret};
 use crate::ssrf::{TargetError, TargetGuard};
 
-/// How much of an error answer's body goes into `last_error`.
+/// How much of an answer's body is kept: in `last_error` for an error, in the
+/// attempt history for every answer.
 pub const ERROR_BODY_BYTES: usize = 1024;
+
+/// How long a successful answer's body is waited for (for the attempt history):
+/// a 2xx whose body never ends is still a success.
+const SUCCESS_BODY_WAIT: Duration = Duration::from_millis(200);
 
 /// Where and how one handler delivers.
 #[derive(Clone)]
@@ -62,7 +67,7 @@ pub fn handler(client: Client, guard: Arc<TargetGuard>, target: HttpTarget) -> B
         let (client, guard, target) = (client.clone(), guard.clone(), target.clone());
         let hidden = hidden.clone();
         async move {
-            deliver(&client, &guard, &target, &event)
+            deliver(&client, &guard, &target, &event, &hidden)
                 .await
                 .map_err(|e| hide(e, &hidden))
         }
@@ -109,6 +114,7 @@ async fn deliver(
     guard: &TargetGuard,
     target: &HttpTarget,
     event: &Event,
+    hidden: &Redactions,
 ) -> Result<(), HandlerError> {
     guard.check_url(&target.url).map_err(|e| refused(&e))?;
     let body = body(event);
@@ -132,13 +138,21 @@ async fn deliver(
             None => HandlerError::Retry(format!("request failed: {}", without_url(e))),
         })?;
     let status = res.status();
-    event.answered(status.as_u16());
-    if status.is_success() {
-        return Ok(());
-    }
     let retry_after = res.headers().get(RETRY_AFTER).and_then(parse_retry_after);
-    let message = format!("HTTP {}: {}", status.as_u16(), first_bytes(res).await);
-    Err(classify(status, retry_after, message))
+    let mut kept = Vec::new();
+    if status.is_success() {
+        // A success stays one even if its body never ends: wait only briefly.
+        let _ = tokio::time::timeout(SUCCESS_BODY_WAIT, read_into(res, &mut kept)).await;
+    } else {
+        read_into(res, &mut kept).await;
+    }
+    let said = hidden.apply(&text(kept)).into_owned();
+    let message = (!status.is_success()).then(|| format!("HTTP {}: {said}", status.as_u16()));
+    event.answered(status.as_u16(), Some(said).filter(|s| !s.is_empty()));
+    match message {
+        None => Ok(()),
+        Some(message) => Err(classify(status, retry_after, message)),
+    }
 }
 
 /// The decision matrix for a non-2xx answer (docs/handlers.md, "http").
@@ -174,15 +188,19 @@ pub fn parse_retry_after(value: &HeaderValue) -> Option<Duration> {
     Some(after.min(MAX_DURATION))
 }
 
-/// Reads at most [`ERROR_BODY_BYTES`] of the answer (never the whole of a huge one).
-async fn first_bytes(mut res: reqwest::Response) -> String {
-    let mut kept = Vec::new();
+/// Reads at most [`ERROR_BODY_BYTES`] of the answer into `kept` (never the whole
+/// of a huge one): what the attempt history keeps of it.
+async fn read_into(mut res: reqwest::Response, kept: &mut Vec<u8>) {
     while kept.len() < ERROR_BODY_BYTES {
         match res.chunk().await {
             Ok(Some(chunk)) => kept.extend_from_slice(&chunk),
             _ => break,
         }
     }
+}
+
+/// The bytes kept of an answer as text (lossy), cut to [`ERROR_BODY_BYTES`].
+fn text(mut kept: Vec<u8>) -> String {
     kept.truncate(ERROR_BODY_BYTES);
     String::from_utf8_lossy(&kept).into_owned()
 }

@@ -26,7 +26,7 @@ const MAX_BATCH: usize = 512;
 const RECORD: &str = "SELECT hookbox_finish_attempts($1, $2, $3, $4, $5, $6, \
      ARRAY(SELECT now() + r.ms * interval '1 millisecond' \
            FROM unnest($7::int8[]) WITH ORDINALITY AS r (ms, n) ORDER BY r.n), \
-     $8, $9, $10, $11, $12, $13, $14)";
+     $8, $9, $10, $11, $12, $13, $14, $15)";
 
 /// An outcome and where to answer once it is committed.
 pub(super) type Request = (Finish, oneshot::Sender<Result<(), StoreError>>);
@@ -180,6 +180,9 @@ pub(super) async fn record(
                 .map(|a| a.and_then(|a| a.response_status).map(i32::from))
                 .collect::<Vec<_>>(),
         )
+        .bind(column(&|f| {
+            f.attempt.as_ref().and_then(|a| a.response_body.clone())
+        }))
         .bind(column(&|f| {
             f.attempt.as_ref().and_then(|a| a.error.clone())
         }))

@@ -675,6 +675,7 @@ async fn attempts_are_recorded_only_with_an_outcome_that_is() {
             duration_ms: 7,
             outcome: AttemptOutcome::Completed,
             response_status: Some(204),
+            response_body: None,
             error: None,
         }),
     };
@@ -717,6 +718,7 @@ async fn retention_removes_deliveries_and_attempts_with_their_event() {
             duration_ms: 3,
             outcome: AttemptOutcome::Completed,
             response_status: None,
+            response_body: None,
             error: None,
         };
         store

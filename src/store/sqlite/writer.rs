@@ -358,7 +358,7 @@ fn finish(script: &mut QueryBuilder<Sqlite>, finishes: &[&Finish]) {
 fn record_attempts(script: &mut QueryBuilder<Sqlite>, attempts: &[(Uuid, &Attempt)]) {
     script.push(
         "INSERT INTO attempts (event_id, handler, attempt, started_at, duration_ms, outcome, \
-         response_status, error) SELECT v.* FROM (",
+         response_status, response_body, error) SELECT v.* FROM (",
     );
     script.push_values(attempts, |mut row, (event, a)| {
         row.push_bind(event.to_string())
@@ -368,6 +368,7 @@ fn record_attempts(script: &mut QueryBuilder<Sqlite>, attempts: &[(Uuid, &Attemp
             .push_bind(i64::try_from(a.duration_ms).unwrap_or(i64::MAX))
             .push_bind(a.outcome.as_str())
             .push_bind(a.response_status.map(i64::from))
+            .push_bind(a.response_body.clone())
             .push_bind(a.error.clone());
     });
     script.push(
