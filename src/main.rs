@@ -135,10 +135,24 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("hookbox: {e:#}");
+            eprintln!("hookbox: {}", said_once(&e));
             ExitCode::from(exit_code(&e))
         }
     }
+}
+
+/// The error and its causes, each said once: a cause whose text the message
+/// already holds (many errors quote their source) is not said again.
+fn said_once(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
 }
 
 fn print_secret() -> ExitCode {
@@ -159,7 +173,10 @@ fn print_secret() -> ExitCode {
 fn exit_code(e: &anyhow::Error) -> u8 {
     use hookbox::{app::AppError, store::StoreError};
     match e.downcast_ref::<AppError>() {
-        Some(AppError::Store(StoreError::InUse { .. }) | AppError::UnsupportedDatabase(_)) => 2,
+        Some(
+            AppError::Store(StoreError::InUse { .. } | StoreError::NotWritable { .. })
+            | AppError::UnsupportedDatabase(_),
+        ) => 2,
         _ => 1,
     }
 }

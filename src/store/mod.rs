@@ -50,6 +50,21 @@ pub enum StoreError {
     /// again with the stored subscribers and retry. Nothing was stored.
     #[error("the subscribers changed since the event was routed")]
     StaleRouting,
+    /// The SQLite database's folder (or file) may not be written by this process:
+    /// typically a bind-mounted folder owned by another user.
+    #[error(
+        "cannot write in {} (DB_PATH's folder, owned by uid {owner}; hookbox runs as uid {uid}): run `chown -R {uid} {}` (the container image runs as uid 10001), or set DB_PATH to a folder uid {uid} may write",
+        folder.display(),
+        folder.display()
+    )]
+    NotWritable {
+        /// The folder (or file) refused.
+        folder: std::path::PathBuf,
+        /// Its owner.
+        owner: u32,
+        /// This process's effective uid.
+        uid: u32,
+    },
     /// Another process already serves this SQLite file (it holds its lock file).
     #[error(
         "{} is already in use by another hookbox process (it holds {}); stop that one first, or give this one another database file",

@@ -1,17 +1,15 @@
 //! docs/configuration.md: layering and bad values (exit code 2, one line naming the
 //! setting).
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::harness::{Hookbox, bin, write};
+use crate::harness::{Hookbox, write};
 
 /// Runs `hookbox serve` with `env` and waits for it to exit: `None` as the code when
 /// it was still serving after 15 s (it is killed then), as with a value it accepted.
 fn run_with(env: &[(&str, &str)], dir: &std::path::Path) -> (Option<i32>, String) {
-    let mut child = Command::new(bin())
-        .current_dir(dir)
-        .env_clear()
+    let mut child = crate::harness::hookbox_in(dir)
         .env("DB_PATH", dir.join("events.db"))
         .env("BIND_ADDR", "127.0.0.1:0")
         .envs(env.iter().copied())
@@ -184,9 +182,7 @@ fn the_shipped_config_file_matches_the_defaults() {
 
 /// `hookbox migrate` in `dir` with `env` only: its exit code and stderr.
 fn migrate_in(dir: &std::path::Path, env: &[(&str, &str)]) -> (Option<i32>, String) {
-    let out = Command::new(bin())
-        .current_dir(dir)
-        .env_clear()
+    let out = crate::harness::hookbox_in(dir)
         .env("DB_PATH", dir.join("events.db"))
         .envs(env.iter().copied())
         .arg("migrate")
@@ -221,9 +217,8 @@ fn a_dot_env_file_in_the_working_directory_is_read_and_the_environment_wins() {
 fn hookbox_secret_prints_a_new_secret_of_32_random_bytes() {
     use base64::Engine as _;
     let secret = || {
-        let out = Command::new(bin())
+        let out = crate::harness::hookbox_in(crate::harness::new_dir().path())
             .arg("secret")
-            .env_clear()
             .output()
             .expect("secret");
         assert_eq!(out.status.code(), Some(0));
@@ -267,4 +262,72 @@ fn the_image_mounts_manifests_per_kind_and_bakes_none_in() {
             "the Dockerfile does not say {wanted}"
         );
     }
+}
+
+/// A data folder hookbox may not write (a bind mount owned by another user) is
+/// one line, said once, naming the folder, its owner and the uid to `chown` it
+/// to; exit 2. As root the test runs hookbox as `nobody` in a folder of root's;
+/// as anyone else, in a folder without write permission.
+#[test]
+fn a_data_folder_owned_by_another_user_is_one_clear_error() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = crate::harness::new_dir();
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .expect("id -u");
+    let folder = if root {
+        dir.path().to_owned() // root's, mode 0700: nobody may not even look in
+    } else {
+        let locked = dir.path().join("locked");
+        std::fs::create_dir(&locked).expect("mkdir");
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o555)).expect("chmod");
+        locked
+    };
+    let db = folder.join("data/events.db");
+    let mut cmd = if root {
+        crate::harness::hookbox_as_nobody_in(std::path::Path::new("/"))
+    } else {
+        crate::harness::hookbox_in(dir.path())
+    };
+    let out = cmd
+        .env("DB_PATH", &db)
+        .env("BIND_ADDR", "127.0.0.1:0")
+        .env("HANDLERS_DIR", "/nonexistent/handlers")
+        .env("SOURCES_DIR", "/nonexistent/sources")
+        .arg("serve")
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("hookbox:"))
+        .collect();
+    assert_eq!(errors.len(), 1, "one line: {stderr}");
+    let line = errors[0];
+    let uid = if root {
+        "65534".to_owned()
+    } else {
+        String::from_utf8_lossy(
+            &std::process::Command::new("id")
+                .arg("-u")
+                .output()
+                .expect("id")
+                .stdout,
+        )
+        .trim()
+        .to_owned()
+    };
+    let owner = if root { "0" } else { uid.as_str() };
+    for said in [
+        format!("cannot write in {}", folder.display()),
+        format!("owned by uid {owner}"),
+        format!("chown -R {uid} {}", folder.display()),
+        "DB_PATH".to_owned(),
+    ] {
+        assert!(line.contains(&said), "{said:?} not in: {line}");
+    }
+    assert_eq!(line.matches("cannot write").count(), 1, "said once: {line}");
 }

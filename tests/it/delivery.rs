@@ -1028,9 +1028,8 @@ fn the_readme_quick_start_ends_with_a_signed_delivery_at_the_readers_receiver() 
     }
     let rx = Receiver::start();
     let hb = Hookbox::start(&[("ALLOWED_TARGETS", "127.0.0.0/8")]);
-    let out = std::process::Command::new(crate::harness::bin())
+    let out = crate::harness::hookbox_in(crate::harness::new_dir().path())
         .arg("secret")
-        .env_clear()
         .output()
         .expect("hookbox secret");
     let secret = String::from_utf8(out.stdout)

@@ -226,7 +226,7 @@ fn flow_settings_are_checked() {
         "rate_limit = \"fast\"",
         "",
     );
-    let out = std::process::Command::new(crate::harness::bin())
+    let out = crate::harness::hookbox_in(dir.path())
         .env("HANDLERS_DIR", dir.path().join("handlers"))
         .env("DB_PATH", dir.path().join("db.sqlite"))
         .env("BIND_ADDR", "127.0.0.1:0")

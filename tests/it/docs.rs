@@ -191,3 +191,32 @@ fn every_link_of_the_docs_resolves_inside_the_repository() {
         }
     }
 }
+
+/// Every test runs the binary through `harness::hookbox_in`, in a folder of its
+/// own with an empty environment: a `handlers/` folder, a `.env` or a
+/// `config/hookbox.toml` in the repository (where `cargo test` runs) never
+/// changes what a test sees.
+#[test]
+fn every_test_runs_the_binary_in_its_own_folder() {
+    let tests = root().join("tests/it");
+    for entry in std::fs::read_dir(&tests).expect("tests/it") {
+        let path = entry.expect("entry").path();
+        if path
+            .file_name()
+            .is_some_and(|n| n == "harness.rs" || n == "docs.rs")
+        {
+            continue;
+        }
+        let text = read(&path);
+        for (n, line) in text.lines().enumerate() {
+            let spawns = line.contains("Command::new(")
+                && (line.contains("bin()") || line.contains("CARGO_BIN_EXE"));
+            assert!(
+                !spawns,
+                "{}:{}: runs hookbox without harness::hookbox_in: {line}",
+                path.display(),
+                n + 1
+            );
+        }
+    }
+}

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::harness::{Hookbox, bin, client, eventually, new_dir, on_both_backends, write};
+use crate::harness::{Hookbox, client, eventually, new_dir, on_both_backends, write};
 
 /// A fresh directory whose `log` handler routes the `t` events these tests post, so
 /// that they leave deliveries for recovery (an unrouted event completes at once).
@@ -154,9 +154,7 @@ fn a_sigterm_while_waiting_for_the_database_exits_0() {
         .expect("a free port")
         .port();
     let dir = new_dir();
-    let mut child = std::process::Command::new(bin())
-        .current_dir(dir.path())
-        .env_clear()
+    let mut child = crate::harness::hookbox_in(dir.path())
         .env("BIND_ADDR", "127.0.0.1:0")
         .env("HANDLERS_DIR", dir.path())
         .env(

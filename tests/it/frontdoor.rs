@@ -6,12 +6,12 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::harness::{Hookbox, bin, new_dir};
+use crate::harness::{Hookbox, new_dir};
 
 /// The header read timeout the server promises (10 s), plus a generous margin for a
 /// loaded machine.
@@ -199,10 +199,7 @@ fn max_connections_0_or_not_a_number_exits_2_naming_it() {
 /// Runs `hookbox ARGS` with `env` on `dir`'s database; its exit code and stderr, or
 /// a failure when it is still running after 20 s (it is killed then).
 fn run_on(dir: &std::path::Path, env: &[(&str, &str)], args: &[&str]) -> (Option<i32>, String) {
-    let mut child = Command::new(bin())
-        .current_dir(dir)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+    let mut child = crate::harness::hookbox_in(dir)
         .env("DB_PATH", dir.join("events.db"))
         .env("HANDLERS_DIR", dir.join("handlers"))
         .env("BIND_ADDR", "127.0.0.1:0")

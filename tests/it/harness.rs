@@ -22,6 +22,30 @@ pub fn bin() -> String {
     std::env::var("HOOKBOX_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_hookbox").to_owned())
 }
 
+/// The `hookbox` binary to run in `dir` with an empty environment but `PATH`:
+/// nothing of the repository (its `handlers/`, `sources/`, `config/`, `.env`) nor
+/// of the caller's environment reaches it, wherever `cargo test` runs. Every test
+/// runs the binary through this (`docs::every_test_runs_the_binary_in_its_own_folder`).
+pub fn hookbox_in(dir: &Path) -> Command {
+    let mut cmd = Command::new(bin());
+    cmd.current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    cmd
+}
+
+/// [`hookbox_in`], run as the user `nobody` (through `runuser`; the caller is
+/// root): for what another user may not do.
+pub fn hookbox_as_nobody_in(dir: &Path) -> Command {
+    let mut cmd = Command::new("runuser");
+    cmd.args(["-u", "nobody", "--"])
+        .arg(bin())
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    cmd
+}
+
 impl Hookbox {
     /// Starts hookbox on a fresh directory and waits until `/ready` is 200.
     pub fn start(env: &[(&str, &str)]) -> Self {
@@ -49,11 +73,8 @@ impl Hookbox {
 
     /// Starts hookbox on `dir` and returns once it listens (not necessarily ready).
     pub fn spawn(dir: Arc<tempfile::TempDir>, env: &[(&str, &str)]) -> Self {
-        let mut cmd = Command::new(bin());
-        cmd.current_dir(dir.path())
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("BIND_ADDR", "127.0.0.1:0")
+        let mut cmd = hookbox_in(dir.path());
+        cmd.env("BIND_ADDR", "127.0.0.1:0")
             .env("DB_PATH", dir.path().join("events.db"))
             .env("HANDLERS_DIR", dir.path().join("handlers"))
             .env("LOG_LEVEL", "info")

@@ -4,11 +4,9 @@
 //! route of the router being in the document, is `api::routes::tests`, which walks
 //! the router itself.)
 
-use std::process::Command;
-
 use serde_json::Value;
 
-use crate::harness::{Hookbox, bin};
+use crate::harness::Hookbox;
 
 const METHODS: [&str; 5] = ["get", "post", "put", "patch", "delete"];
 
@@ -43,9 +41,8 @@ fn the_served_document_is_the_printed_one_and_every_operation_in_it_is_served() 
         doc["openapi"]
     );
 
-    let printed = Command::new(bin())
+    let printed = crate::harness::hookbox_in(crate::harness::new_dir().path())
         .arg("openapi")
-        .env_clear()
         .env("WORKER_COUNT", "not a number") // needs no (valid) configuration
         .output()
         .expect("hookbox openapi");

@@ -306,9 +306,7 @@ fn bad_manifests_stop_startup_naming_file_and_field() {
     ] {
         let dir = new_dir();
         write(dir.path(), &format!("handlers/{file}"), text);
-        let out = std::process::Command::new(crate::harness::bin())
-            .current_dir(dir.path())
-            .env_clear()
+        let out = crate::harness::hookbox_in(dir.path())
             .env("DB_PATH", dir.path().join("events.db"))
             .env("BIND_ADDR", "127.0.0.1:0")
             .env("HANDLERS_DIR", dir.path().join("handlers"))
@@ -341,10 +339,9 @@ fn bad_manifests_stop_startup_naming_file_and_field() {
 
 /// `hookbox handlers check DIR` with an empty environment.
 fn handlers_check(dir: &std::path::Path) -> std::process::Output {
-    std::process::Command::new(crate::harness::bin())
+    crate::harness::hookbox_in(crate::harness::new_dir().path())
         .args(["handlers", "check"])
         .arg(dir)
-        .env_clear()
         .output()
         .expect("check")
 }
@@ -423,9 +420,8 @@ fn an_address_in_use_is_said_once() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = taken.local_addr().expect("addr").to_string();
     let dir = new_dir();
-    let out = std::process::Command::new(crate::harness::bin())
+    let out = crate::harness::hookbox_in(dir.path())
         .arg("serve")
-        .env_clear()
         .env("BIND_ADDR", &addr)
         .env("DB_PATH", dir.path().join("events.db"))
         .env("HANDLERS_DIR", dir.path().join("handlers"))

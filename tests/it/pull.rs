@@ -615,10 +615,9 @@ fn sources_check_validates_pull_manifests_and_names_the_header_variable() {
          headers = { Authorization = \"env:LEDGER_AUTH\" }\n",
     );
     let run = |env: &[(&str, &str)]| {
-        let out = std::process::Command::new(crate::harness::bin())
+        let out = crate::harness::hookbox_in(dir.path())
             .args(["sources", "check"])
             .arg(dir.path().join("sources"))
-            .env_clear()
             .envs(env.iter().copied())
             .output()
             .unwrap();
@@ -647,8 +646,7 @@ fn sources_check_validates_pull_manifests_and_names_the_header_variable() {
         "sources/ledger.toml",
         "kind = \"poll\"\n[poll]\nurl = \"ftp://x\"\n",
     );
-    let out = std::process::Command::new(crate::harness::bin())
-        .env_clear()
+    let out = crate::harness::hookbox_in(dir.path())
         .env("SOURCES_DIR", dir.path().join("sources"))
         .env("DB_PATH", dir.path().join("events.db"))
         .env("BIND_ADDR", "127.0.0.1:0")

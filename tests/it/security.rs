@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::harness::{Hookbox, bin, client, eventually, exec_manifest, new_dir, script, write};
+use crate::harness::{Hookbox, client, eventually, exec_manifest, new_dir, script, write};
 use crate::receiver::Receiver;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -30,10 +30,7 @@ fn post(hb: &Hookbox, event_type: &str) -> String {
 /// for it to exit; `None` as the code when it was still running after `limit` (and
 /// was killed then).
 fn run_until_exit(dir: &Path, args: &[&str], env: &[(&str, &str)], limit: Duration) -> Output {
-    let mut child = Command::new(bin())
-        .current_dir(dir)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+    let mut child = crate::harness::hookbox_in(dir)
         .env("DB_PATH", dir.join("events.db"))
         .env("BIND_ADDR", "127.0.0.1:0")
         .env("HANDLERS_DIR", dir.join("handlers"))

@@ -1,7 +1,5 @@
 //! Sources (push webhooks as providers send them): manifests and `sources check`.
 
-use std::process::Command;
-
 /// Every shipped example manifest, with its secrets set.
 const EXAMPLE_SECRETS: &[(&str, &str)] = &[
     ("GITHUB_WEBHOOK_SECRET", "gh-secret-value-1"),
@@ -18,10 +16,9 @@ const EXAMPLE_SECRETS: &[(&str, &str)] = &[
 ];
 
 fn check(dir: &std::path::Path, env: &[(&str, &str)]) -> (Option<i32>, String) {
-    let out = Command::new(crate::harness::bin())
+    let out = crate::harness::hookbox_in(crate::harness::new_dir().path())
         .args(["sources", "check"])
         .arg(dir)
-        .env_clear()
         .envs(env.iter().copied())
         .output()
         .expect("run");
@@ -609,9 +606,7 @@ fn bad_source_manifests_stop_serve_with_exit_2_naming_file_and_field() {
     ] {
         let dir = new_dir();
         write(dir.path(), &format!("sources/{file}"), text);
-        let out = std::process::Command::new(crate::harness::bin())
-            .current_dir(dir.path())
-            .env_clear()
+        let out = crate::harness::hookbox_in(dir.path())
             .env("DB_PATH", dir.path().join("events.db"))
             .env("BIND_ADDR", "127.0.0.1:0")
             .env("SOURCES_DIR", dir.path().join("sources"))

@@ -74,7 +74,7 @@ impl SqliteStore {
     /// the writer task.
     pub async fn open(path: &Path, sync: Sync) -> Result<Self, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| StoreError::Database(sqlx::Error::Io(e)))?;
+            std::fs::create_dir_all(dir).map_err(|e| refused(dir, e))?;
         }
         let lock = lock(path)?;
         let base = SqliteConnectOptions::new()
@@ -197,11 +197,36 @@ pub fn lock_path(path: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// An I/O error opening the database at `path`: permission denied says which
+/// folder, whose it is and what to do ([`StoreError::NotWritable`]).
+fn refused(path: &Path, e: std::io::Error) -> StoreError {
+    use std::os::unix::fs::MetadataExt as _;
+    if e.kind() == std::io::ErrorKind::PermissionDenied {
+        // The nearest folder that exists is the one that refused.
+        let folder = path
+            .ancestors()
+            .find(|p| p.is_dir())
+            .unwrap_or(path)
+            .to_owned();
+        if let Ok(meta) = std::fs::metadata(&folder) {
+            return StoreError::NotWritable {
+                folder,
+                owner: meta.uid(),
+                uid: nix::unistd::geteuid().as_raw(),
+            };
+        }
+    }
+    StoreError::Database(sqlx::Error::Io(e))
+}
+
 /// Takes the exclusive lock on the database at `path` without waiting: held while
 /// the returned value lives (or the process does).
 fn lock(path: &Path) -> Result<Flock<File>, StoreError> {
     let lock = lock_path(path);
     let io = |e: std::io::Error| {
+        if e.kind() == std::io::ErrorKind::PermissionDenied {
+            return refused(&lock, e);
+        }
         let message = format!("cannot lock {}: {e}", lock.display());
         StoreError::Database(sqlx::Error::Io(std::io::Error::new(e.kind(), message)))
     };
