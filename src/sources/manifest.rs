@@ -389,12 +389,12 @@ fn kind(
             ]),
         ),
         "standard-webhooks" => {
-            let keys = crate::signing::Secret::parse_list(secret_text.unwrap_or_default())
+            let keys = verify::standard_webhooks::Keys::parse(secret_text.unwrap_or_default())
                 .map_err(|e| ("secret_env", e.to_string()))?;
             (
                 Verifier::StandardWebhooks { tolerance, keys },
                 body_type(),
-                header("webhook-id"),
+                FirstOf(vec![header("webhook-id"), header("svix-id")]),
             )
         }
         "hmac" => hmac(m.hmac.as_ref())?,

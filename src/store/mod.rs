@@ -250,8 +250,8 @@ pub(crate) fn storable(text: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// An outcome as both stores record it: its errors (a receiver's answer or a
-/// program's stderr, any bytes) made [`storable`].
+/// An outcome as both stores record it: its errors and the answer's body (a
+/// receiver's answer or a program's stderr, any bytes) made [`storable`].
 pub(crate) fn storable_finish(mut finish: Finish) -> Finish {
     let clean = |text: &mut Option<String>| {
         if let Some(std::borrow::Cow::Owned(clean)) = text.as_deref().map(storable) {
@@ -261,6 +261,7 @@ pub(crate) fn storable_finish(mut finish: Finish) -> Finish {
     clean(&mut finish.last_error);
     if let Some(attempt) = &mut finish.attempt {
         clean(&mut attempt.error);
+        clean(&mut attempt.response_body);
     }
     finish
 }

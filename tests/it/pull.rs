@@ -419,10 +419,11 @@ fn bad_items_are_skipped_counted_and_the_cursor_moves_past_them() {
     let hb = start(&dir, &Db::sqlite(), &[]);
     let e = eventually(
         Duration::from_secs(20),
-        "the cursor past every item",
+        "the cursor past every item, each counted",
         || {
+            // The counts follow the cursor's commit: wait for both.
             let e = entry(&hb, "ledger");
-            (e["cursor"] == 6).then_some(e)
+            (e["cursor"] == 6 && e["rejected"] == 4).then_some(e)
         },
     );
     assert_eq!(e["accepted"], 2, "{e}");

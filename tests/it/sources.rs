@@ -135,6 +135,8 @@ fn manifests(dir: &std::path::Path) -> Vec<(&'static str, String)> {
         ("shopify", "kind = \"shopify\"\nsecret_env = \"SHOPIFY\""),
         ("slack", "kind = \"slack\"\nsecret_env = \"SLACK\""),
         ("sw", "kind = \"standard-webhooks\"\nsecret_env = \"SW\""),
+        // A Svix-based sender (Clerk, Resend…): the same scheme under svix-* headers.
+        ("svix", "kind = \"standard-webhooks\"\nsecret_env = \"SW\""),
         (
             "acme",
             "kind = \"hmac\"\nsecret_env = \"ACME\"\n[hmac]\nheader = \"X-Signature\"\nprefix = \"sha256=\"\nid = \"header:X-Delivery\"",
@@ -206,14 +208,15 @@ fn sign(kind: &str, secret: &str, ts: i64, id: &str, body: &str) -> Signed {
                 ("X-Slack-Signature", format!("v0={sig}")),
             ])
         }
-        "sw" => {
+        "sw" | "svix" => {
             let key = B64.decode(secret.strip_prefix("whsec_").unwrap()).unwrap();
             let signed = format!("{id}.{ts}.");
             let sig = B64.encode(hmac256(&key, &[signed.as_bytes(), b]));
+            let family = if kind == "svix" { "svix" } else { "webhook" };
             h(&[
-                ("webhook-id", id.into()),
-                ("webhook-timestamp", ts.to_string()),
-                ("webhook-signature", format!("v1,{sig}")),
+                (&format!("{family}-id"), id.into()),
+                (&format!("{family}-timestamp"), ts.to_string()),
+                (&format!("{family}-signature"), format!("v1,{sig}")),
             ])
         }
         "acme" => h(&[
@@ -264,7 +267,7 @@ fn post(hb: &Hookbox, name: &str, s: &Signed) -> Reply {
 }
 
 fn secrets_of(kind: &str) -> (&'static str, &'static str) {
-    if kind == "sw" {
+    if matches!(kind, "sw" | "svix") {
         (WH_NEW, WH_WRONG)
     } else {
         (NEW, WRONG)
@@ -279,6 +282,7 @@ fn expected_type(kind: &str) -> &'static str {
         "shopify" => "shopify.orders/create",
         "slack" => "slack.message",
         "sw" => "sw.thing.happened",
+        "svix" => "svix.thing.happened",
         "acme" => "acme.thing.happened",
         "tok" => "tok.thing.happened",
         "lan" => "lan.thing.happened",
@@ -287,7 +291,7 @@ fn expected_type(kind: &str) -> &'static str {
 }
 
 const KINDS: &[&str] = &[
-    "github", "stripe", "shopify", "slack", "sw", "acme", "tok", "lan",
+    "github", "stripe", "shopify", "slack", "sw", "svix", "acme", "tok", "lan",
 ];
 
 fn admin_listing(hb: &Hookbox) -> Vec<Value> {
@@ -336,7 +340,7 @@ on_both_backends! {
                 r.assert_problem(401, "invalid_signature");
                 answers.push(r.text);
             }
-            if matches!(*kind, "stripe" | "slack" | "sw") {
+            if matches!(*kind, "stripe" | "slack" | "sw" | "svix") {
                 for ts in [now() - 600, now() + 600] {
                     let r = post(&hb, kind, &sign(kind, good, ts, "x-5", &body_for(kind, "x-5", 6)));
                     r.assert_problem(401, "invalid_signature");
@@ -348,7 +352,7 @@ on_both_backends! {
             assert_eq!(log.status, 200);
             let items = log.json()["items"].as_array().unwrap().clone();
             let expected = match *kind {
-                "stripe" | "slack" | "sw" => 5,
+                "stripe" | "slack" | "sw" | "svix" => 5,
                 "tok" => 2,
                 _ => 3,
             };

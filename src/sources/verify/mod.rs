@@ -117,12 +117,14 @@ pub(crate) enum Verifier {
         /// Allowed |now − ts|; `None` turns the check off.
         tolerance: Option<Duration>,
     },
-    /// Standard Webhooks: `webhook-id`, `webhook-timestamp`, `webhook-signature`.
+    /// Standard Webhooks: `webhook-id`, `webhook-timestamp`, `webhook-signature`
+    /// (or `svix-*`).
     StandardWebhooks {
         /// Allowed |now − ts|; `None` turns the check off.
         tolerance: Option<Duration>,
-        /// The decoded `whsec_` keys (parsed once, when the manifest is loaded).
-        keys: Vec<crate::signing::Secret>,
+        /// The decoded `whsec_` and `whpk_` keys (parsed once, when the manifest is
+        /// loaded).
+        keys: standard_webhooks::Keys,
     },
     /// Any sender that signs the raw body with an HMAC in one header.
     Hmac(hmac::Scheme),
