@@ -3,8 +3,9 @@
 //! In order: the source by name (404 `not_found`); the body, read whole up to
 //! `MAX_BODY_BYTES` (413); the signature, verified over the raw bytes before
 //! anything is parsed (401 `invalid_signature`, whose detail says which check
-//! failed — never a secret); the payload, the body's JSON or a form body's fields,
-//! as canonical text exactly as `POST /webhooks` keeps a payload ([`crate::json`]:
+//! failed — never a secret); the payload, the body's JSON, a form body's fields (a
+//! Slack interaction's `payload` field), or any other body kept whole with its
+//! content type ([`identify::payload`]), as canonical text exactly as `POST /webhooks` keeps a payload ([`crate::json`]:
 //! numbers as sent; 400 `invalid_body` when it does not parse or has a key twice); Slack's `url_verification`, answered with its challenge
 //! and not stored; the event type where the kind finds it, prefixed (422
 //! `invalid_event_type`); the delivery id, whose `{name}:{id}` is the idempotency
@@ -45,7 +46,8 @@ use crate::store::EventSummary;
                    source's kind before anything is stored (docs/sources.md).",
     params(("name" = String, Path, description = "The source's name")),
     request_body(content = serde_json::Value, description = "The provider's own body: JSON, \
-                 or a form (`application/x-www-form-urlencoded`, stored as an object)"),
+                 a form (`application/x-www-form-urlencoded`, stored as an object), or any \
+                 other body (stored as `{content_type, body}` or `{content_type, body_base64}`)"),
     responses(
         (status = 202, description = "Verified and new: committed", body = EventSummary),
         (status = 200, description = "The same delivery again (its `received_count` grows), \
@@ -156,8 +158,11 @@ fn identify_event(
     body: &[u8],
 ) -> Result<Identified, Problem> {
     let s = &source.source;
-    let payload =
-        identify::payload(headers, body).map_err(|e| Problem::invalid_body(e.to_string()))?;
+    let invalid = |e: identify::BodyError| Problem::invalid_body(e.to_string());
+    let mut payload = identify::payload(headers, body).map_err(invalid)?;
+    if matches!(s.verifier, Verifier::Slack { .. }) && identify::is_form(headers) {
+        payload = identify::slack_interaction(payload).map_err(invalid)?;
+    }
     if matches!(s.verifier, Verifier::Slack { .. })
         && json::pointer(&payload, "/type") == Some("\"url_verification\"")
     {

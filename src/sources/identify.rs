@@ -96,37 +96,93 @@ impl Locator {
 #[error("{0}")]
 pub(crate) struct BodyError(pub String);
 
-/// The body as the event's payload, as canonical JSON text: the body's JSON, or for
-/// an `application/x-www-form-urlencoded` body an object of its fields (a field
-/// given twice keeps its last value).
+/// The body as the event's payload, as canonical JSON text (docs/sources.md, "Any
+/// body"): a JSON body (`application/json`, `…+json`, or no `Content-Type`) as sent;
+/// an `application/x-www-form-urlencoded` body as an object of its fields (a field
+/// given twice keeps its last value); anything else (XML, text, NDJSON, bytes) as
+/// `{"content_type": …, "body": "<the text>"}`, or `"body_base64"` when the body is
+/// not UTF-8.
 pub(crate) fn payload(headers: &HeaderMap, raw: &[u8]) -> Result<String, BodyError> {
-    if is_form(headers) {
-        let fields: Vec<(String, String)> = serde_urlencoded::from_bytes(raw)
-            .map_err(|e| BodyError(format!("the form body does not parse: {e}")))?;
-        let object: Map<String, Value> = fields
-            .into_iter()
-            .map(|(k, v)| (k, Value::String(v)))
-            .collect();
-        // serde_json's map sorts its keys and writes strings as the canonical form
-        // does: this is the object's canonical text.
-        return Ok(Value::Object(object).to_string());
+    match media_type(headers) {
+        None => json_payload(raw),
+        Some(m) if is_json(&m) => json_payload(raw),
+        Some(m) if m == "application/x-www-form-urlencoded" => form_payload(raw),
+        Some(_) => Ok(wrapped(headers, raw)),
     }
+}
+
+/// A JSON body's canonical text (numbers as sent; a key twice is refused).
+fn json_payload(raw: &[u8]) -> Result<String, BodyError> {
     let not_json =
         |e: &dyn std::fmt::Display| BodyError(format!("the body is not valid JSON: {e}"));
     let text = std::str::from_utf8(raw).map_err(|e| not_json(&e))?;
     json::canonical(text).map_err(|e| not_json(&e))
 }
 
-/// True for a form-encoded body.
-pub(crate) fn is_form(headers: &HeaderMap) -> bool {
+/// A form body as an object of its fields.
+fn form_payload(raw: &[u8]) -> Result<String, BodyError> {
+    let fields: Vec<(String, String)> = serde_urlencoded::from_bytes(raw)
+        .map_err(|e| BodyError(format!("the form body does not parse: {e}")))?;
+    let object: Map<String, Value> = fields
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
+    // serde_json's map sorts its keys and writes strings as the canonical form
+    // does: this is the object's canonical text.
+    Ok(Value::Object(object).to_string())
+}
+
+/// Any other body, kept whole with its content type as sent.
+fn wrapped(headers: &HeaderMap, raw: &[u8]) -> String {
+    use base64::Engine as _;
+    let content_type = headers
+        .get(http::header::CONTENT_TYPE)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let mut object = Map::new();
+    object.insert(
+        "content_type".into(),
+        content_type.map_or(Value::Null, Value::String),
+    );
+    match std::str::from_utf8(raw) {
+        Ok(text) => object.insert("body".into(), Value::String(text.to_owned())),
+        Err(_) => object.insert(
+            "body_base64".into(),
+            Value::String(base64::engine::general_purpose::STANDARD.encode(raw)),
+        ),
+    };
+    Value::Object(object).to_string()
+}
+
+/// The body's media type, lower case, without parameters (`None` without a
+/// readable `Content-Type`).
+fn media_type(headers: &HeaderMap) -> Option<String> {
     headers
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())
-        .is_some_and(|m| {
-            m.trim()
-                .eq_ignore_ascii_case("application/x-www-form-urlencoded")
-        })
+        .map(|m| m.trim().to_ascii_lowercase())
+        .filter(|m| !m.is_empty())
+}
+
+/// `application/json`, `text/json` and any `…+json` type.
+fn is_json(media: &str) -> bool {
+    media == "application/json" || media == "text/json" || media.ends_with("+json")
+}
+
+/// A Slack interaction (a block action, a view submission…) arrives as a form
+/// whose one `payload` field is JSON: that JSON is the payload (its `/type` the
+/// event type). Any other form is kept as it is.
+pub(crate) fn slack_interaction(form: String) -> Result<String, BodyError> {
+    match json::pointer(&form, "/payload").and_then(|p| serde_json::from_str::<String>(p).ok()) {
+        Some(inner) => json::canonical(&inner)
+            .map_err(|e| BodyError(format!("the form's payload field is not valid JSON: {e}"))),
+        None => Ok(form),
+    }
+}
+
+/// True for a form-encoded body.
+pub(crate) fn is_form(headers: &HeaderMap) -> bool {
+    media_type(headers).is_some_and(|m| m == "application/x-www-form-urlencoded")
 }
 
 #[cfg(test)]
@@ -163,6 +219,63 @@ mod tests {
         let v = payload(&h, b"text=now+please&command=%2Fdeploy").unwrap();
         assert_eq!(v, r#"{"command":"/deploy","text":"now please"}"#);
         assert_eq!(crate::json::canonical(&v).unwrap(), v, "canonical already");
+    }
+
+    #[test]
+    fn a_slack_interaction_is_its_payload_field() {
+        let form = payload(
+            &{
+                let mut h = HeaderMap::new();
+                h.insert(
+                    http::header::CONTENT_TYPE,
+                    "application/x-www-form-urlencoded".parse().unwrap(),
+                );
+                h
+            },
+            b"payload=%7B%22type%22%3A%22block_actions%22%2C%22trigger_id%22%3A%2213.4%22%7D",
+        )
+        .unwrap();
+        assert_eq!(
+            slack_interaction(form).unwrap(),
+            r#"{"trigger_id":"13.4","type":"block_actions"}"#
+        );
+        let command = r#"{"command":"/deploy"}"#.to_owned();
+        assert_eq!(slack_interaction(command.clone()).unwrap(), command);
+        assert!(slack_interaction(r#"{"payload":"{not json"}"#.into()).is_err());
+    }
+
+    #[test]
+    fn other_bodies_are_kept_whole_with_their_content_type() {
+        let typed = |ct: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(http::header::CONTENT_TYPE, ct.parse().unwrap());
+            h
+        };
+        let xml = payload(&typed("application/xml"), b"<a n=\"1\"/>").unwrap();
+        assert_eq!(
+            xml,
+            r#"{"body":"<a n=\"1\"/>","content_type":"application/xml"}"#
+        );
+        let ndjson = payload(&typed("application/x-ndjson"), b"{\"a\":1}\n{\"a\":2}\n").unwrap();
+        let v: Value = serde_json::from_str(&ndjson).unwrap();
+        assert_eq!(v["body"], "{\"a\":1}\n{\"a\":2}\n");
+        let bytes = payload(&typed("application/octet-stream"), b"\xff\x00\x01").unwrap();
+        let v: Value = serde_json::from_str(&bytes).unwrap();
+        assert_eq!(v["body_base64"], "/wAB");
+        assert!(v.get("body").is_none());
+        // JSON types are parsed (and must parse), whatever their parameters.
+        assert_eq!(
+            payload(
+                &typed("application/vnd.api+json; charset=utf-8"),
+                b"{\"b\": 1}"
+            )
+            .unwrap(),
+            r#"{"b":1}"#
+        );
+        assert!(payload(&typed("Application/JSON"), b"<a/>").is_err());
+        assert!(is_form(&typed(
+            "Application/X-WWW-Form-Urlencoded; charset=utf-8"
+        )));
     }
 
     #[test]

@@ -502,6 +502,45 @@ on_both_backends! {
         assert!(handled.contains(r#"{"command":"/deploy","text":"prod now","trigger_id":"tr-1"} slack.slash_command"#), "{handled}");
         assert!(handled.contains("\"big\":12345678901234567890123"), "numbers as sent: {handled}");
         assert!(handled.contains(" github.push"), "{handled}");
+
+        // An interaction (a button pressed): a form whose payload field is JSON.
+        let action = json!({"type": "block_actions", "trigger_id": "tr-2", "actions": [{"value": "approve"}]});
+        let form = serde_urlencoded::to_string([("payload", action.to_string())]).unwrap();
+        let mut pressed = sign("slack", NEW, now(), "-", &form);
+        pressed.content_type = "application/x-www-form-urlencoded";
+        let r = post(&hb, "slack", &pressed);
+        assert_eq!(r.status, 202, "{}", r.text);
+        assert_eq!(r.json()["event_type"], "slack.block_actions");
+        assert_eq!(r.json()["idempotency_key"], "slack:tr-2");
+    }
+}
+
+on_both_backends! {
+    /// A body that is neither JSON nor a form (XML here, and bytes that are not
+    /// UTF-8) is verified over its raw bytes and kept whole with its content type;
+    /// the receiver gets it back exactly.
+    fn any_body_is_kept_whole_with_its_content_type(db: &Db) {
+        let dir = new_dir();
+        let out = dir.path().join("handled");
+        let s = crate::harness::script(dir.path(), "h.sh", &format!("cat >> {}", out.display()));
+        crate::harness::exec_manifest(dir.path(), "h", "[\"github.*\"]", &s, "");
+        let secrets = manifests(dir.path());
+        let mut env: Vec<(&str, &str)> = secrets.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let sources_dir = dir.path().join("sources").to_str().unwrap().to_owned();
+        env.push(("SOURCES_DIR", &sources_dir));
+        let hb = Hookbox::restart(dir.clone(), &db.env(&env));
+        let xml = r#"<?xml version="1.0"?><push ref="main"/>"#;
+        let mut s = sign("github", NEW, now(), "x-1", xml);
+        s.content_type = "application/xml";
+        let r = post(&hb, "github", &s);
+        assert_eq!(r.status, 202, "{}", r.text);
+        assert_eq!(r.json()["event_type"], "github.push");
+        let id = r.json()["id"].as_str().unwrap().to_owned();
+        hb.wait_status(&id, "completed", Duration::from_secs(20));
+        let handled: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        assert_eq!(handled, json!({"content_type": "application/xml", "body": xml}));
+        // The same delivery again is a duplicate, as for JSON.
+        assert_eq!(post(&hb, "github", &s).status, 200);
     }
 }
 
