@@ -49,7 +49,8 @@ use crate::store::EventSummary;
                  a form (`application/x-www-form-urlencoded`, stored as an object), or any \
                  other body (stored as `{content_type, body}` or `{content_type, body_base64}`)"),
     responses(
-        (status = 202, description = "Verified and new: committed", body = EventSummary),
+        (status = 202, description = "Verified and new: committed. A source that splits a \
+                                       batched body (`split`) answers `{accepted, duplicates, events}`", body = EventSummary),
         (status = 200, description = "The same delivery again (its `received_count` grows), \
                                       or Slack's `{\"challenge\": …}`", body = EventSummary),
         (status = 400, description = "`invalid_body`", content_type = "application/problem+json", body = Problem),
@@ -115,6 +116,13 @@ pub(crate) async fn ingest(
         Ok(Identified::Challenge(challenge)) => {
             (StatusCode::OK, Json(json!({ "challenge": challenge }))).into_response()
         }
+        Ok(Identified::Batch(submissions)) => {
+            match accept_batch(&app, &source, submissions).await {
+                Ok(res) => res,
+                Err((problem, true)) => refuse(Reason::Other, problem, &body),
+                Err((problem, false)) => problem.into_response(),
+            }
+        }
         Ok(Identified::Event(submission)) => {
             let outcome = match app.inbox.accept(submission).await {
                 Ok(outcome) => outcome,
@@ -143,15 +151,65 @@ pub(crate) async fn ingest(
     }
 }
 
+/// Commits a batch's events in body order: 202 `{accepted, duplicates, events}`
+/// (200 when none was new). An event refused stops the batch with its problem
+/// (the ones before it stay committed: the sender's retry finds them duplicates),
+/// and whether it goes to the rejected log (the sender's fault, not a shutdown).
+async fn accept_batch(
+    app: &Intake,
+    source: &LiveSource,
+    submissions: Vec<Submission>,
+) -> Result<Response, (Problem, bool)> {
+    let (mut accepted, mut duplicates) = (0u64, 0u64);
+    let mut events = Vec::with_capacity(submissions.len());
+    for submission in submissions {
+        match app
+            .inbox
+            .accept(submission)
+            .await
+            .map_err(|e| (Problem::from(e), false))?
+        {
+            Outcome::Accepted(event) => {
+                source.accepted();
+                accepted += 1;
+                events.push(event.id);
+            }
+            Outcome::Duplicate(event) => {
+                source.duplicate();
+                metrics::counter!(crate::telemetry::names::EVENTS_DUPLICATE).increment(1);
+                duplicates += 1;
+                events.push(event.id);
+            }
+            refused => {
+                let logged = !matches!(refused, Outcome::Refused(inbox::Refusal::Draining));
+                return match intake::answer(refused) {
+                    Err(problem) => Err((problem, logged)),
+                    Ok(res) => Ok(res),
+                };
+            }
+        }
+    }
+    let status = if accepted > 0 {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    let answer = json!({ "accepted": accepted, "duplicates": duplicates, "events": events });
+    Ok((status, Json(answer)).into_response())
+}
+
 /// What a verified request is.
 enum Identified {
     /// Slack's `url_verification`: answer the challenge, store nothing.
     Challenge(Value),
     /// An event to commit.
     Event(Submission),
+    /// A batched body's events (`split`), in body order.
+    Batch(Vec<Submission>),
 }
 
-/// The payload, the prefixed event type and the key of a verified request.
+/// The payload, the prefixed event type and the key of a verified request (of
+/// each of its events, for a source that splits a batched body).
 fn identify_event(
     source: &LiveSource,
     headers: &HeaderMap,
@@ -171,7 +229,52 @@ fn identify_event(
             .unwrap_or(Value::Null);
         return Ok(Identified::Challenge(challenge));
     }
-    let provider_type = s.event_type.read(headers, &payload, body).ok_or_else(|| {
+    if let Some(items) = s.split.as_ref().and_then(|split| batch(&payload, split)) {
+        let id = match s.split.as_ref().and_then(|sp| sp.id.clone()) {
+            Some(pointer) => identify::Locator::FirstOf(vec![
+                identify::Locator::Pointer(pointer),
+                identify::Locator::BodyHash,
+            ]),
+            None => identify::Locator::BodyHash,
+        };
+        return items
+            .into_iter()
+            .map(|item| {
+                submission(
+                    source,
+                    headers,
+                    item.get().to_owned(),
+                    item.get().as_bytes(),
+                    &id,
+                )
+            })
+            .collect::<Result<_, _>>()
+            .map(Identified::Batch);
+    }
+    submission(source, headers, payload, body, &s.delivery_id).map(Identified::Event)
+}
+
+/// The items of a batched body: the array at the split's pointer (`None` when
+/// the pointer finds no array: the body is one event).
+fn batch<'p>(
+    payload: &'p str,
+    split: &crate::sources::Split,
+) -> Option<Vec<&'p serde_json::value::RawValue>> {
+    let array = json::pointer(payload, &split.pointer)?;
+    serde_json::from_str(array).ok()
+}
+
+/// One event of a verified request: `payload` (canonical JSON), its type where
+/// the source's kind finds it, its delivery id where `delivery_id` says.
+fn submission(
+    source: &LiveSource,
+    headers: &HeaderMap,
+    payload: String,
+    raw: &[u8],
+    delivery_id: &identify::Locator,
+) -> Result<Submission, Problem> {
+    let s = &source.source;
+    let provider_type = s.event_type.read(headers, &payload, raw).ok_or_else(|| {
         Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_event_type").detail(format!(
             "no event type in {} (where a {} source finds it)",
             s.event_type.describe(),
@@ -179,10 +282,10 @@ fn identify_event(
         ))
     })?;
     let event_type = intake::checked_event_type(format!("{}{provider_type}", s.event_type_prefix))?;
-    let delivery = s.delivery_id.read(headers, &payload, body).ok_or_else(|| {
+    let delivery = delivery_id.read(headers, &payload, raw).ok_or_else(|| {
         intake::invalid_key(&format!(
             "no delivery id in {} (where a {} source finds it)",
-            s.delivery_id.describe(),
+            delivery_id.describe(),
             s.kind
         ))
     })?;
@@ -191,10 +294,10 @@ fn identify_event(
             "{why} (the key is {{name}}:{{delivery id}}, the delivery id as the sender gave it)"
         ))
     })?;
-    Ok(Identified::Event(Submission {
+    Ok(Submission {
         event_type,
         key: Some(key),
         payload: Payload::new(payload),
         origin: Origin::Source(s.name.clone()),
-    }))
+    })
 }

@@ -37,7 +37,7 @@ use serde::Deserialize;
 use super::identify::Locator;
 use super::pull::{self, PullSpec};
 use super::verify::{self, Algorithm, Encoding, Verifier};
-use super::{Source, is_valid_name};
+use super::{Source, Split, is_valid_name};
 use crate::config::{Secret, parse_duration};
 use crate::registry::is_event_type_byte;
 pub use crate::registry::manifest::ManifestError;
@@ -57,6 +57,8 @@ struct Manifest {
     tolerance: Option<String>,
     hmac: Option<HmacSection>,
     token: Option<TokenSection>,
+    split: Option<String>,
+    split_id: Option<String>,
     poll: Option<pull::spec::Section>,
     websocket: Option<pull::spec::Section>,
 }
@@ -196,6 +198,7 @@ fn build(
             event_type: Locator::Pointer(spec.fields.event_type.clone()),
             delivery_id: Locator::Pointer(spec.fields.id.clone()),
             pull: Some(std::sync::Arc::new(spec)),
+            split: None,
         });
     }
     if let Some(field) = [
@@ -216,6 +219,7 @@ fn build(
     let tolerance = tolerance(m.tolerance.as_deref())?;
     let (secret_text, secrets) = secrets(&m, env)?;
     let (verifier, event_type, delivery_id) = kind(&m, tolerance, secret_text.as_deref())?;
+    let split = split(&m)?;
     Ok(Source {
         name,
         kind: m.kind,
@@ -226,7 +230,37 @@ fn build(
         event_type,
         delivery_id,
         pull: None,
+        split,
     })
+}
+
+/// `split` and `split_id`: JSON pointers (`"/"` is the body itself).
+fn split(m: &Manifest) -> Result<Option<Split>, Problem> {
+    let pointer = |field: &'static str, p: &str| {
+        if p.starts_with('/') {
+            Ok(p.to_owned())
+        } else {
+            Err((
+                field,
+                format!("{p:?} is not a JSON pointer (it starts with /)"),
+            ))
+        }
+    };
+    match (&m.split, &m.split_id) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err(("split_id", "split_id needs split".into())),
+        (Some(p), id) => Ok(Some(Split {
+            pointer: if p == "/" {
+                String::new()
+            } else {
+                pointer("split", p)?
+            },
+            id: id
+                .as_deref()
+                .map(|id| pointer("split_id", id))
+                .transpose()?,
+        })),
+    }
 }
 
 /// A pull source's section, checked; the push-only fields refused.
@@ -236,6 +270,8 @@ fn pull_spec(m: &Manifest, env: &dyn Fn(&str) -> Option<String>) -> Result<PullS
         ("tolerance", m.tolerance.is_some()),
         ("hmac", m.hmac.is_some()),
         ("token", m.token.is_some()),
+        ("split", m.split.is_some()),
+        ("split_id", m.split_id.is_some()),
     ] {
         if given {
             return Err((

@@ -43,6 +43,18 @@ pub struct Source {
     /// A pull source's settings (kinds `poll`, `websocket`); `None` for a push
     /// source.
     pub(crate) pull: Option<std::sync::Arc<pull::PullSpec>>,
+    /// Where a batched body's events are (`split`), if the source splits.
+    pub(crate) split: Option<Split>,
+}
+
+/// How a push source splits a batched body into events (`split`, `split_id`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Split {
+    /// The JSON pointer to the array of events (`""` for the body itself).
+    pub(crate) pointer: String,
+    /// Each item's delivery id (a JSON pointer into the item); `None`: the SHA-256
+    /// of the item.
+    pub(crate) id: Option<String>,
 }
 
 impl std::fmt::Debug for Source {

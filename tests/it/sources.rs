@@ -667,3 +667,76 @@ fn bad_source_manifests_stop_serve_with_exit_2_naming_file_and_field() {
         );
     }
 }
+
+on_both_backends! {
+    /// `split`: each item of a batched body is its own event, keyed by its
+    /// `split_id`; the answer lists every item's event, duplicates included, in
+    /// body order (200 when none was new); a body that is no array is one event;
+    /// an item without a type refuses the whole request before anything is stored.
+    fn a_batched_body_is_split_into_events(db: &Db) {
+        let dir = new_dir();
+        write(
+            dir.path(),
+            "sources/mail.toml",
+            "kind = \"none\"\nevent_type_prefix = \"mail.\"\nsplit = \"/\"\nsplit_id = \"/sg_event_id\"",
+        );
+        let sources = dir.path().join("sources").display().to_string();
+        let hb = Hookbox::restart(dir.clone(), &db.env(&[("SOURCES_DIR", &sources)]));
+        let send = |body: Value| hb.post_raw("/ingest/mail", &body.to_string(), "application/json", &[]);
+        let a = json!({"type": "delivered", "sg_event_id": "a", "n": 1});
+        let b = json!({"type": "open", "sg_event_id": "b", "n": 2});
+        let c = json!({"type": "click", "sg_event_id": "c", "n": 3});
+
+        let first = send(json!([a, b]));
+        assert_eq!(first.status, 202, "{}", first.text);
+        let answer = first.json();
+        assert_eq!((answer["accepted"].as_u64(), answer["duplicates"].as_u64()), (Some(2), Some(0)), "{answer}");
+        let ids: Vec<String> = answer["events"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_owned()).collect();
+        assert_eq!(ids.len(), 2);
+        let stored = hb.get(&format!("/webhooks/{}", ids[1])).unwrap().json();
+        assert_eq!(stored["event_type"], "mail.open");
+        assert_eq!(stored["idempotency_key"], "mail:b");
+
+        let again = send(json!([a, b]));
+        assert_eq!(again.status, 200, "{}", again.text);
+        assert_eq!(again.json()["duplicates"], 2);
+        assert_eq!(again.json()["events"], json!(ids));
+
+        let mixed = send(json!([c, a]));
+        assert_eq!(mixed.status, 202, "{}", mixed.text);
+        assert_eq!((mixed.json()["accepted"].as_u64(), mixed.json()["duplicates"].as_u64()), (Some(1), Some(1)));
+        assert_eq!(mixed.json()["events"][1], json!(ids[0]), "body order");
+
+        // No array at the pointer: one event, answered as usual.
+        let single = send(json!({"type": "bounce", "sg_event_id": "d"}));
+        assert_eq!(single.status, 202, "{}", single.text);
+        assert_eq!(single.json()["event_type"], "mail.bounce");
+
+        // One item without a type: 422, and its neighbour was not stored.
+        let bad = send(json!([{"type": "spam", "sg_event_id": "e"}, {"sg_event_id": "f"}]));
+        bad.assert_problem(422, "invalid_event_type");
+        let listed = hb.get("/webhooks?limit=500").unwrap().json();
+        let keys: Vec<&str> = listed["items"].as_array().unwrap().iter().filter_map(|e| e["idempotency_key"].as_str()).collect();
+        assert!(!keys.contains(&"mail:e"), "{keys:?}");
+        assert_eq!(keys.len(), 4, "{keys:?}");
+    }
+}
+
+#[test]
+fn a_split_that_is_no_pointer_stops_startup_naming_the_field() {
+    let dir = new_dir();
+    write(
+        dir.path(),
+        "sources/mail.toml",
+        "kind = \"none\"\nsplit = \"events\"",
+    );
+    let out = crate::harness::hookbox_in(dir.path())
+        .env("SOURCES_DIR", dir.path().join("sources"))
+        .env("DB_PATH", dir.path().join("events.db"))
+        .env("BIND_ADDR", "127.0.0.1:0")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("mail.toml: split:"), "{err}");
+}
