@@ -37,7 +37,7 @@ use serde::Deserialize;
 use super::identify::Locator;
 use super::pull::{self, PullSpec};
 use super::verify::{self, Algorithm, Encoding, Verifier};
-use super::{Source, Split, is_valid_name};
+use super::{Source, Split, is_valid_name, presets};
 use crate::config::{Secret, parse_duration};
 use crate::registry::is_event_type_byte;
 pub use crate::registry::manifest::ManifestError;
@@ -59,6 +59,7 @@ struct Manifest {
     token: Option<TokenSection>,
     split: Option<String>,
     split_id: Option<String>,
+    public_url: Option<String>,
     poll: Option<pull::spec::Section>,
     websocket: Option<pull::spec::Section>,
 }
@@ -72,6 +73,10 @@ struct HmacSection {
     prefix: Option<String>,
     event_type: Option<String>,
     id: Option<String>,
+    signed: Option<String>,
+    timestamp: Option<String>,
+    timestamp_format: Option<String>,
+    signature_field: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -213,13 +218,33 @@ fn build(
             format!("kind {:?} takes no [{field}] section", m.kind),
         ));
     }
-    if !PUSH_KINDS.contains(&m.kind.as_str()) {
+    let kind_name = m.kind.as_str();
+    if !PUSH_KINDS.contains(&kind_name) && !presets::KINDS.contains(&kind_name) {
         return Err(("kind", unsupported(&m.kind)));
     }
     let tolerance = tolerance(m.tolerance.as_deref())?;
     let (secret_text, secrets) = secrets(&m, env)?;
-    let (verifier, event_type, delivery_id) = kind(&m, tolerance, secret_text.as_deref())?;
-    let split = split(&m)?;
+    let public_url = public_url(&m)?;
+    let (verifier, event_type, delivery_id, default_split) =
+        match presets::preset(kind_name, tolerance, public_url.as_deref()) {
+            Some(p) => {
+                if let Some(field) = [("hmac", m.hmac.is_some()), ("token", m.token.is_some())]
+                    .into_iter()
+                    .find_map(|(f, given)| given.then_some(f))
+                {
+                    return Err((
+                        field,
+                        format!("kind {:?} takes no [{field}] section", m.kind),
+                    ));
+                }
+                (p.verifier, p.event_type, p.delivery_id, p.split)
+            }
+            None => {
+                let (v, e, d) = kind(&m, tolerance, secret_text.as_deref())?;
+                (v, e, d, None)
+            }
+        };
+    let split = split(&m)?.or(default_split);
     Ok(Source {
         name,
         kind: m.kind,
@@ -232,6 +257,26 @@ fn build(
         pull: None,
         split,
     })
+}
+
+/// `public_url`: an http(s) URL, required by the kinds that sign the URL the
+/// provider was given (never taken from `Host`).
+fn public_url(m: &Manifest) -> Result<Option<String>, Problem> {
+    let needs = presets::SIGN_URL.contains(&m.kind.as_str());
+    match &m.public_url {
+        None if needs => Err((
+            "public_url",
+            format!(
+                "kind {:?} signs the URL it posts to: set public_url to the URL given to the provider",
+                m.kind
+            ),
+        )),
+        None => Ok(None),
+        Some(text) => match url::Url::parse(text) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") => Ok(Some(text.clone())),
+            _ => Err(("public_url", format!("{text:?} is not an http(s) URL"))),
+        },
+    }
 }
 
 /// `split` and `split_id`: JSON pointers (`"/"` is the body itself).
@@ -271,6 +316,7 @@ fn pull_spec(m: &Manifest, env: &dyn Fn(&str) -> Option<String>) -> Result<PullS
         ("hmac", m.hmac.is_some()),
         ("token", m.token.is_some()),
         ("split", m.split.is_some()),
+        ("public_url", m.public_url.is_some()),
         ("split_id", m.split_id.is_some()),
     ] {
         if given {
@@ -326,8 +372,9 @@ const PUSH_KINDS: &[&str] = &[
 
 fn unsupported(kind: &str) -> String {
     format!(
-        "unknown source kind {kind:?} (expected {}, poll or websocket)",
-        PUSH_KINDS.join(", ")
+        "unknown source kind {kind:?} (expected {}, {}, poll or websocket)",
+        PUSH_KINDS.join(", "),
+        presets::KINDS.join(", ")
     )
 }
 
@@ -433,7 +480,7 @@ fn kind(
                 FirstOf(vec![header("webhook-id"), header("svix-id")]),
             )
         }
-        "hmac" => hmac(m.hmac.as_ref())?,
+        "hmac" => hmac(m.hmac.as_ref(), tolerance, m.public_url.as_deref())?,
         "token" => {
             let header = m
                 .token
@@ -460,7 +507,65 @@ fn kind(
     })
 }
 
-fn hmac(section: Option<&HmacSection>) -> Result<(Verifier, Locator, Locator), Problem> {
+/// `[hmac]`'s `timestamp` and `timestamp_format`.
+fn stamp(
+    s: &HmacSection,
+    tolerance: Option<Duration>,
+) -> Result<Option<verify::hmac::Stamp>, Problem> {
+    use verify::hmac::{Stamp, StampAt, StampFormat};
+    let Some(at) = s.timestamp.as_deref() else {
+        return match s.timestamp_format {
+            Some(_) => Err((
+                "timestamp_format",
+                "timestamp_format needs timestamp".into(),
+            )),
+            None => Ok(None),
+        };
+    };
+    let at = if let Some(h) = at.strip_prefix("header:") {
+        StampAt::Header(
+            http::HeaderName::from_bytes(h.trim().as_bytes())
+                .map_err(|_| ("timestamp", format!("{h:?} is not a header name")))?,
+        )
+    } else if let Some(key) = at.strip_prefix("field:") {
+        if s.signature_field.is_none() {
+            return Err((
+                "timestamp",
+                "field:… needs signature_field (a key=value list)".into(),
+            ));
+        }
+        StampAt::Field(key.trim().to_owned())
+    } else if at.starts_with('/') {
+        StampAt::Body(at.to_owned())
+    } else {
+        return Err((
+            "timestamp",
+            format!("{at:?}: expected header:NAME, field:KEY or a JSON pointer"),
+        ));
+    };
+    let format = match s.timestamp_format.as_deref().unwrap_or("unix") {
+        "unix" => StampFormat::Unix,
+        "unix_ms" => StampFormat::UnixMs,
+        "iso8601" => StampFormat::Iso8601,
+        other => {
+            return Err((
+                "timestamp_format",
+                format!("{other:?}: expected unix, unix_ms or iso8601"),
+            ));
+        }
+    };
+    Ok(Some(Stamp {
+        at,
+        format,
+        tolerance,
+    }))
+}
+
+fn hmac(
+    section: Option<&HmacSection>,
+    tolerance: Option<Duration>,
+    public_url: Option<&str>,
+) -> Result<(Verifier, Locator, Locator), Problem> {
     let s = section.ok_or(("hmac", "kind = \"hmac\" needs an [hmac] section".to_owned()))?;
     let header = http::HeaderName::from_bytes(s.header.trim().as_bytes())
         .map_err(|_| ("header", format!("{:?} is not a header name", s.header)))?;
@@ -486,12 +591,29 @@ fn hmac(section: Option<&HmacSection>) -> Result<(Verifier, Locator, Locator), P
         Some(text) => Locator::parse(text).map_err(|e| ("id", e))?,
         None => Locator::BodyHash,
     };
-    let scheme = verify::hmac::Scheme {
-        header,
-        algorithm,
-        encoding,
-        prefix: s.prefix.clone().unwrap_or_default(),
+    let id_header = match &id {
+        Locator::Header(h) => Some(h.clone()),
+        _ => None,
     };
+    let signed =
+        verify::hmac::template(s.signed.as_deref().unwrap_or("{body}"), id_header.as_ref())
+            .map_err(|e| ("signed", e))?;
+    let timestamp = stamp(s, tolerance)?;
+    let scheme = verify::hmac::Scheme {
+        signature_field: s.signature_field.clone(),
+        signed,
+        timestamp,
+        url: public_url.map(str::to_owned),
+        ..verify::hmac::Scheme::body(
+            header,
+            algorithm,
+            encoding,
+            s.prefix.as_deref().unwrap_or(""),
+        )
+    };
+    if scheme.signed.contains(&verify::hmac::Part::Url) && scheme.url.is_none() {
+        return Err(("public_url", "signed = \"…{url}…\" needs public_url".into()));
+    }
     Ok((Verifier::Hmac(scheme), event_type, id))
 }
 

@@ -13,6 +13,7 @@
 pub(crate) mod identify;
 pub(crate) mod live;
 pub mod manifest;
+pub(crate) mod presets;
 pub(crate) mod pull;
 pub(crate) mod verify;
 

@@ -13,6 +13,23 @@ const EXAMPLE_SECRETS: &[(&str, &str)] = &[
     ("ACME_WEBHOOK_SECRET", "acme-secret-value"),
     ("LEGACY_WEBHOOK_TOKEN", "legacy-token-value"),
     ("LEDGER_API_AUTH", "Bearer ledger-token-value"),
+    ("INTERCOM_WEBHOOK_SECRET", "intercom-secret-value"),
+    ("META_WEBHOOK_SECRET", "meta-secret-value"),
+    ("PADDLE_WEBHOOK_SECRET", "paddle-secret-value"),
+    ("ZOOM_WEBHOOK_SECRET", "zoom-secret-value"),
+    ("LINEAR_WEBHOOK_SECRET", "linear-secret-value"),
+    ("ZENDESK_WEBHOOK_SECRET", "zendesk-secret-value"),
+    ("TYPEFORM_WEBHOOK_SECRET", "typeform-secret-value"),
+    ("CALENDLY_WEBHOOK_SECRET", "calendly-secret-value"),
+    ("WORKOS_WEBHOOK_SECRET", "workos-secret-value"),
+    ("VERCEL_WEBHOOK_SECRET", "vercel-secret-value"),
+    ("BITBUCKET_WEBHOOK_SECRET", "bitbucket-secret-value"),
+    ("JIRA_WEBHOOK_SECRET", "jira-secret-value"),
+    ("WOOCOMMERCE_WEBHOOK_SECRET", "woocommerce-secret-value"),
+    ("SENTRY_WEBHOOK_SECRET", "sentry-secret-value"),
+    ("PAGERDUTY_WEBHOOK_SECRET", "pagerduty-secret-value"),
+    ("HUBSPOT_WEBHOOK_SECRET", "hubspot-secret-value"),
+    ("SQUARE_WEBHOOK_SECRET", "square-secret-value"),
 ];
 
 fn check(dir: &std::path::Path, env: &[(&str, &str)]) -> (Option<i32>, String) {
@@ -41,13 +58,15 @@ fn check_lists_every_shipped_example_without_its_secrets() {
         ("stripe", "/ingest/stripe"),
         ("partner", "/ingest/partner"),
         ("intranet", "/ingest/intranet"),
+        ("paddle", "/ingest/paddle"),
+        ("hubspot", "/ingest/hubspot"),
     ] {
         assert!(
             out.lines().any(|l| l.starts_with(name) && l.contains(path)),
             "{name}: {out}"
         );
     }
-    assert!(out.contains("10 source(s)"), "{out}");
+    assert!(out.contains("27 source(s)"), "{out}");
     for (_, secret) in EXAMPLE_SECRETS {
         assert!(!out.contains(secret), "a secret was printed: {out}");
     }
@@ -739,4 +758,55 @@ fn a_split_that_is_no_pointer_stops_startup_naming_the_field() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("mail.toml: split:"), "{err}");
+}
+
+/// Paddle's `ts=…;h1=…` over `{ts}:{body}`, signed here as Paddle documents it,
+/// through the real binary: accepted with its type and id; stale refused. A kind
+/// that signs its URL without `public_url` stops startup naming the field.
+#[test]
+fn a_built_in_kind_verifies_through_the_binary_and_url_kinds_need_public_url() {
+    let dir = new_dir();
+    write(
+        dir.path(),
+        "sources/paddle.toml",
+        "kind = \"paddle\"\nsecret_env = \"PADDLE\"",
+    );
+    let sources = dir.path().join("sources").display().to_string();
+    let hb = Hookbox::restart(dir.clone(), &[("SOURCES_DIR", &sources), ("PADDLE", NEW)]);
+    let body =
+        r#"{"event_id":"evt_01","event_type":"transaction.completed","data":{"total":"10.00"}}"#;
+    let paddle = |ts: i64| {
+        let sig = hex(&hmac256(
+            NEW.as_bytes(),
+            &[ts.to_string().as_bytes(), b":", body.as_bytes()],
+        ));
+        hb.post_raw(
+            "/ingest/paddle",
+            body,
+            "application/json",
+            &[("Paddle-Signature", &format!("ts={ts};h1={sig}"))],
+        )
+    };
+    let r = paddle(now());
+    assert_eq!(r.status, 202, "{}", r.text);
+    assert_eq!(r.json()["event_type"], "paddle.transaction.completed");
+    assert_eq!(r.json()["idempotency_key"], "paddle:evt_01");
+    paddle(now() - 3600).assert_problem(401, "invalid_signature");
+
+    let dir = new_dir();
+    write(
+        dir.path(),
+        "sources/hs.toml",
+        "kind = \"hubspot\"\nsecret_env = \"HS\"",
+    );
+    let out = crate::harness::hookbox_in(dir.path())
+        .env("SOURCES_DIR", dir.path().join("sources"))
+        .env("HS", NEW)
+        .env("DB_PATH", dir.path().join("events.db"))
+        .env("BIND_ADDR", "127.0.0.1:0")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("hs.toml: public_url:"), "{err}");
 }

@@ -13,12 +13,12 @@ pub(crate) const SIGNATURE: &str = "x-hub-signature-256";
 /// Verifies the body's signature against every secret: GitHub's scheme is the
 /// generic HMAC one with these settings.
 pub(crate) fn verify(req: &Incoming<'_>, secrets: &[Secret]) -> Result<(), Rejection> {
-    Scheme {
-        header: http::HeaderName::from_static(SIGNATURE),
-        algorithm: Algorithm::Sha256,
-        encoding: Encoding::Hex,
-        prefix: "sha256=".into(),
-    }
+    Scheme::body(
+        http::HeaderName::from_static(SIGNATURE),
+        Algorithm::Sha256,
+        Encoding::Hex,
+        "sha256=",
+    )
     .verify(req, secrets)
 }
 

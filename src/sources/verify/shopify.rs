@@ -13,12 +13,12 @@ pub(crate) const SIGNATURE: &str = "x-shopify-hmac-sha256";
 /// Verifies the body's signature against every secret: Shopify's scheme is the
 /// generic HMAC one with these settings.
 pub(crate) fn verify(req: &Incoming<'_>, secrets: &[Secret]) -> Result<(), Rejection> {
-    Scheme {
-        header: http::HeaderName::from_static(SIGNATURE),
-        algorithm: Algorithm::Sha256,
-        encoding: Encoding::Base64,
-        prefix: String::new(),
-    }
+    Scheme::body(
+        http::HeaderName::from_static(SIGNATURE),
+        Algorithm::Sha256,
+        Encoding::Base64,
+        "",
+    )
     .verify(req, secrets)
 }
 
