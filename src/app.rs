@@ -286,9 +286,20 @@ impl App {
             listener,
             local,
         } = self;
+        // A wildcard address is not one a browser opens: show this machine's.
+        let shown = if local.ip().is_unspecified() {
+            format!("localhost:{}", local.port())
+        } else {
+            local.to_string()
+        };
         info!(
-            "listening on http://{local} (the console: http://{local}/console; events: POST http://{local}/webhooks)"
+            "listening on http://{local} (the console: http://{shown}/console; events: POST http://{shown}/webhooks)"
         );
+        if state.admin_token.secret().is_none() {
+            warn!(
+                "ADMIN_TOKEN is not set: the admin routes and the console are open to anyone who can reach {local}; set it (16 characters or more) before hookbox faces a network"
+            );
+        }
         let stop_http = CancellationToken::new();
         let http = {
             let stop = stop_http.clone();
