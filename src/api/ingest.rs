@@ -113,9 +113,7 @@ pub(crate) async fn ingest(
     }
     match identify_event(&source, &parts.headers, &body) {
         Err(problem) => refuse(Reason::Other, problem, &body),
-        Ok(Identified::Challenge(challenge)) => {
-            (StatusCode::OK, Json(json!({ "challenge": challenge }))).into_response()
-        }
+        Ok(Identified::Handshake(answer)) => (StatusCode::OK, Json(answer)).into_response(),
         Ok(Identified::Batch(submissions)) => {
             match accept_batch(&app, &source, submissions).await {
                 Ok(res) => res,
@@ -200,8 +198,9 @@ async fn accept_batch(
 
 /// What a verified request is.
 enum Identified {
-    /// Slack's `url_verification`: answer the challenge, store nothing.
-    Challenge(Value),
+    /// A provider's handshake (Slack's `url_verification`, Discord's PING, Zoom's
+    /// `endpoint.url_validation`): answered with this, nothing stored.
+    Handshake(Value),
     /// An event to commit.
     Event(Submission),
     /// A batched body's events (`split`), in body order.
@@ -221,13 +220,8 @@ fn identify_event(
     if matches!(s.verifier, Verifier::Slack { .. }) && identify::is_form(headers) {
         payload = identify::slack_interaction(payload).map_err(invalid)?;
     }
-    if matches!(s.verifier, Verifier::Slack { .. })
-        && json::pointer(&payload, "/type") == Some("\"url_verification\"")
-    {
-        let challenge = json::pointer(&payload, "/challenge")
-            .and_then(|c| serde_json::from_str(c).ok())
-            .unwrap_or(Value::Null);
-        return Ok(Identified::Challenge(challenge));
+    if let Some(answer) = handshake(source, &payload) {
+        return Ok(Identified::Handshake(answer));
     }
     if let Some(items) = s.split.as_ref().and_then(|split| batch(&payload, split)) {
         let id = match s.split.as_ref().and_then(|sp| sp.id.clone()) {
@@ -252,6 +246,34 @@ fn identify_event(
             .map(Identified::Batch);
     }
     submission(source, headers, payload, body, &s.delivery_id).map(Identified::Event)
+}
+
+/// The answer to a verified handshake, if `payload` is one (docs/sources.md).
+fn handshake(source: &LiveSource, payload: &str) -> Option<Value> {
+    let s = &source.source;
+    let at = |pointer: &str| json::pointer(payload, pointer);
+    match &s.verifier {
+        Verifier::Slack { .. } if at("/type") == Some("\"url_verification\"") => {
+            let challenge = at("/challenge")
+                .and_then(|c| serde_json::from_str(c).ok())
+                .unwrap_or(Value::Null);
+            Some(json!({ "challenge": challenge }))
+        }
+        Verifier::Discord { .. } if at("/type") == Some("1") => Some(json!({ "type": 1 })),
+        Verifier::Hmac(_)
+            if s.kind == "zoom" && at("/event") == Some("\"endpoint.url_validation\"") =>
+        {
+            let plain = at("/payload/plainToken").and_then(json::string_value)?;
+            let secret = s.secrets.first()?;
+            let mac = crate::sources::verify::mac(
+                crate::sources::verify::Algorithm::Sha256,
+                secret.expose().as_bytes(),
+                &[plain.as_bytes()],
+            );
+            Some(json!({ "plainToken": plain, "encryptedToken": crate::model::hex(&mac) }))
+        }
+        _ => None,
+    }
 }
 
 /// The items of a batched body: the array at the split's pointer (`None` when

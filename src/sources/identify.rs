@@ -34,6 +34,13 @@ pub(crate) enum Locator {
     },
     /// The first of these that finds something.
     FirstOf(Vec<Locator>),
+    /// What `inner` finds, after `prefix` (`message.` + `/MessageStatus`).
+    Prefixed {
+        /// Written first.
+        prefix: &'static str,
+        /// Where the rest is.
+        inner: Box<Locator>,
+    },
 }
 
 impl Locator {
@@ -64,6 +71,7 @@ impl Locator {
                 .map(Self::describe)
                 .collect::<Vec<_>>()
                 .join(", or "),
+            Self::Prefixed { inner, .. } => inner.describe(),
         }
     }
 
@@ -86,6 +94,9 @@ impl Locator {
                 (*value).to_owned()
             }
             Self::FirstOf(all) => return all.iter().find_map(|l| l.read(headers, payload, raw)),
+            Self::Prefixed { prefix, inner } => {
+                format!("{prefix}{}", inner.read(headers, payload, raw)?)
+            }
         };
         (!found.is_empty()).then_some(found)
     }

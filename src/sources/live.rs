@@ -19,7 +19,7 @@ use serde_json::{Map, Value};
 
 use super::Source;
 use super::pull::status::{PullStatus, PullView};
-use super::verify::{Verifier, github, shopify, slack, standard_webhooks, stripe};
+use super::verify::{self, Verifier, github, shopify, slack, standard_webhooks, stripe};
 use crate::model::Timestamp;
 use crate::store::pull::{CursorRow, PullStore};
 use crate::telemetry::names;
@@ -409,6 +409,11 @@ pub(crate) fn is_secret_header(verifier: &Verifier, name: &str) -> bool {
         Verifier::Slack { .. } => Some(slack::SIGNATURE),
         Verifier::StandardWebhooks { .. } => Some(standard_webhooks::SIGNATURE),
         Verifier::Hmac(scheme) => Some(scheme.header.as_str()),
+        Verifier::Gitlab { .. } => Some("x-gitlab-token"),
+        Verifier::Discord { .. } => Some(verify::discord::SIGNATURE),
+        Verifier::Sendgrid { .. } => Some(verify::sendgrid::SIGNATURE),
+        Verifier::Twilio { .. } => Some(verify::twilio::SIGNATURE),
+        Verifier::Mailgun { .. } => None,
         Verifier::Token(scheme) => scheme.header.as_ref().map(http::HeaderName::as_str),
         Verifier::None => None,
     };

@@ -244,6 +244,13 @@ fn build(
                 (v, e, d, None)
             }
         };
+    // SendGrid posts arrays of events.
+    let default_split = default_split.or_else(|| {
+        (kind_name == "sendgrid").then(|| Split {
+            pointer: String::new(),
+            id: Some("/sg_event_id".into()),
+        })
+    });
     let split = split(&m)?.or(default_split);
     Ok(Source {
         name,
@@ -365,6 +372,11 @@ const PUSH_KINDS: &[&str] = &[
     "shopify",
     "slack",
     "standard-webhooks",
+    "gitlab",
+    "discord",
+    "sendgrid",
+    "twilio",
+    "mailgun",
     "hmac",
     "token",
     "none",
@@ -423,7 +435,7 @@ fn kind(
     tolerance: Option<Duration>,
     secret_text: Option<&str>,
 ) -> Result<(Verifier, Locator, Locator), Problem> {
-    use Locator::{BodyHash, FirstOf, Header, Pointer, WhenPresent};
+    use Locator::{BodyHash, FirstOf, Header, Pointer, Prefixed, WhenPresent};
     let header = |name: &'static str| Header(http::HeaderName::from_static(name));
     let body_type = || Pointer("/type".into());
     let sections_allowed = match m.kind.as_str() {
@@ -481,6 +493,79 @@ fn kind(
             )
         }
         "hmac" => hmac(m.hmac.as_ref(), tolerance, m.public_url.as_deref())?,
+        "gitlab" => {
+            // whsec_ values of the list verify Standard Webhooks headers; every
+            // value is also a token.
+            let whsec: Vec<&str> = secret_text
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter(|v| v.starts_with("whsec_"))
+                .collect();
+            let keys = (!whsec.is_empty())
+                .then(|| verify::standard_webhooks::Keys::parse(&whsec.join(" ")))
+                .transpose()
+                .map_err(|e| ("secret_env", e.to_string()))?;
+            (
+                Verifier::Gitlab { keys, tolerance },
+                Pointer("/object_kind".into()),
+                FirstOf(vec![
+                    header("idempotency-key"),
+                    header("x-gitlab-event-uuid"),
+                    header("webhook-id"),
+                    BodyHash,
+                ]),
+            )
+        }
+        "discord" => (
+            Verifier::Discord {
+                keys: verify::discord::keys(secret_text.unwrap_or_default())
+                    .map_err(|e| ("secret_env", e))?,
+                tolerance,
+            },
+            Prefixed {
+                prefix: "interaction.",
+                inner: Box::new(Pointer("/type".into())),
+            },
+            FirstOf(vec![Pointer("/id".into()), BodyHash]),
+        ),
+        "sendgrid" => (
+            Verifier::Sendgrid {
+                keys: verify::sendgrid::keys(secret_text.unwrap_or_default())
+                    .map_err(|e| ("secret_env", e))?,
+                tolerance,
+            },
+            Pointer("/event".into()),
+            FirstOf(vec![Pointer("/sg_event_id".into()), BodyHash]),
+        ),
+        "twilio" => (
+            Verifier::Twilio {
+                url: m.public_url.clone().unwrap_or_default(),
+            },
+            FirstOf(vec![
+                Prefixed {
+                    prefix: "message.",
+                    inner: Box::new(Pointer("/MessageStatus".into())),
+                },
+                Prefixed {
+                    prefix: "call.",
+                    inner: Box::new(Pointer("/CallStatus".into())),
+                },
+            ]),
+            FirstOf(vec![
+                header("i-twilio-idempotency-token"),
+                Pointer("/MessageSid".into()),
+                Pointer("/CallSid".into()),
+                BodyHash,
+            ]),
+        ),
+        "mailgun" => (
+            Verifier::Mailgun {
+                tolerance,
+                seen: verify::mailgun::Seen::default(),
+            },
+            Pointer("/event-data/event".into()),
+            FirstOf(vec![Pointer("/event-data/id".into()), BodyHash]),
+        ),
         "token" => {
             let header = m
                 .token
@@ -712,7 +797,7 @@ mod tests {
             field("kind = \"standard-webhooks\"\nsecret_env = \"S\""),
             "secret_env"
         );
-        assert_eq!(field("kind = \"gitlab\"\nsecret_env = \"S\""), "kind");
+        assert_eq!(field("kind = \"gitea\"\nsecret_env = \"S\""), "kind");
         assert_eq!(field("kind = \"poll\""), "poll");
         assert_eq!(
             field("kind = \"websocket\"\n[poll]\nurl = \"http://x\""),

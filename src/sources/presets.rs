@@ -48,7 +48,7 @@ pub(crate) const KINDS: &[&str] = &[
 ];
 
 /// The kinds that sign the URL the provider was given (`public_url` required).
-pub(crate) const SIGN_URL: &[&str] = &["hubspot", "square"];
+pub(crate) const SIGN_URL: &[&str] = &["hubspot", "square", "twilio"];
 
 fn h(name: &'static str) -> HeaderName {
     HeaderName::from_static(name)

@@ -13,6 +13,17 @@ const EXAMPLE_SECRETS: &[(&str, &str)] = &[
     ("ACME_WEBHOOK_SECRET", "acme-secret-value"),
     ("LEGACY_WEBHOOK_TOKEN", "legacy-token-value"),
     ("LEDGER_API_AUTH", "Bearer ledger-token-value"),
+    ("GITLAB_WEBHOOK_SECRET", "gitlab-secret-value"),
+    (
+        "DISCORD_WEBHOOK_SECRET",
+        "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a",
+    ),
+    (
+        "SENDGRID_WEBHOOK_SECRET",
+        "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEyRvfcaVZvCVAm3S5fp2kg5wKjE0e4DZawSSRTVUkKf/xXUIAIZpE3Dvw8YCoS6BmNgZ3HjS1ZRJ33UFddOjaPA==",
+    ),
+    ("TWILIO_WEBHOOK_SECRET", "twilio-secret-value"),
+    ("MAILGUN_WEBHOOK_SECRET", "mailgun-secret-value"),
     ("INTERCOM_WEBHOOK_SECRET", "intercom-secret-value"),
     ("META_WEBHOOK_SECRET", "meta-secret-value"),
     ("PADDLE_WEBHOOK_SECRET", "paddle-secret-value"),
@@ -66,7 +77,7 @@ fn check_lists_every_shipped_example_without_its_secrets() {
             "{name}: {out}"
         );
     }
-    assert!(out.contains("27 source(s)"), "{out}");
+    assert!(out.contains("32 source(s)"), "{out}");
     for (_, secret) in EXAMPLE_SECRETS {
         assert!(!out.contains(secret), "a secret was printed: {out}");
     }
@@ -655,7 +666,7 @@ fn bad_source_manifests_stop_serve_with_exit_2_naming_file_and_field() {
         ),
         (
             "x.toml",
-            "kind = \"gitlab\"\nsecret_env = \"S\"",
+            "kind = \"gitea\"\nsecret_env = \"S\"",
             vec![("S", "v")],
             "kind",
         ),
@@ -809,4 +820,112 @@ fn a_built_in_kind_verifies_through_the_binary_and_url_kinds_need_public_url() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("hs.toml: public_url:"), "{err}");
+}
+
+/// Handshakes, answered once verified and never stored: Discord's PING (ed25519,
+/// signed here with ed25519-dalek's own signer) and Zoom's url_validation (its
+/// encryptedToken checked with the hmac crate); a Discord interaction is an event
+/// `interaction.{type}`; GitLab's token; an unsigned PING is 401.
+#[test]
+fn handshakes_are_answered_once_verified_and_other_kinds_verify() {
+    use ed25519_dalek::{Signer, SigningKey};
+    let app = SigningKey::from_bytes(&[5u8; 32]);
+    let public = hex(app.verifying_key().as_bytes());
+    let dir = new_dir();
+    write(
+        dir.path(),
+        "sources/discord.toml",
+        "kind = \"discord\"\nsecret_env = \"DISCORD\"",
+    );
+    write(
+        dir.path(),
+        "sources/zoom.toml",
+        "kind = \"zoom\"\nsecret_env = \"ZOOM\"",
+    );
+    write(
+        dir.path(),
+        "sources/gitlab.toml",
+        "kind = \"gitlab\"\nsecret_env = \"GITLAB\"",
+    );
+    let sources = dir.path().join("sources").display().to_string();
+    let hb = Hookbox::restart(
+        dir.clone(),
+        &[
+            ("SOURCES_DIR", &sources),
+            ("DISCORD", &public),
+            ("ZOOM", NEW),
+            ("GITLAB", "gl-token-1"),
+        ],
+    );
+    let discord = |body: &str, signer: &SigningKey| {
+        let ts = now().to_string();
+        let sig = hex(&signer.sign(format!("{ts}{body}").as_bytes()).to_bytes());
+        hb.post_raw(
+            "/ingest/discord",
+            body,
+            "application/json",
+            &[
+                ("X-Signature-Ed25519", &sig),
+                ("X-Signature-Timestamp", &ts),
+            ],
+        )
+    };
+    let ping = discord(r#"{"type":1,"id":"p1"}"#, &app);
+    assert_eq!(ping.status, 200, "{}", ping.text);
+    assert_eq!(ping.json(), json!({"type": 1}));
+    discord(
+        r#"{"type":1,"id":"p1"}"#,
+        &SigningKey::from_bytes(&[6u8; 32]),
+    )
+    .assert_problem(401, "invalid_signature");
+    let command = discord(r#"{"type":2,"id":"i-1","data":{"name":"deploy"}}"#, &app);
+    assert_eq!(command.status, 202, "{}", command.text);
+    assert_eq!(command.json()["event_type"], "discord.interaction.2");
+    assert_eq!(command.json()["idempotency_key"], "discord:i-1");
+
+    let validation =
+        r#"{"event":"endpoint.url_validation","payload":{"plainToken":"qgg8vlvZRS6UYooatFL8Aw"}}"#;
+    let ts = now().to_string();
+    let sig = hex(&hmac256(
+        NEW.as_bytes(),
+        &[format!("v0:{ts}:{validation}").as_bytes()],
+    ));
+    let zoom = hb.post_raw(
+        "/ingest/zoom",
+        validation,
+        "application/json",
+        &[
+            ("x-zm-request-timestamp", &ts),
+            ("x-zm-signature", &format!("v0={sig}")),
+        ],
+    );
+    assert_eq!(zoom.status, 200, "{}", zoom.text);
+    let expected = hex(&hmac256(NEW.as_bytes(), &[b"qgg8vlvZRS6UYooatFL8Aw"]));
+    assert_eq!(
+        zoom.json(),
+        json!({"plainToken": "qgg8vlvZRS6UYooatFL8Aw", "encryptedToken": expected})
+    );
+
+    let push = r#"{"object_kind":"push","ref":"refs/heads/main"}"#;
+    let gl = hb.post_raw(
+        "/ingest/gitlab",
+        push,
+        "application/json",
+        &[
+            ("X-Gitlab-Token", "gl-token-1"),
+            ("X-Gitlab-Event-UUID", "uuid-1"),
+        ],
+    );
+    assert_eq!(gl.status, 202, "{}", gl.text);
+    assert_eq!(gl.json()["event_type"], "gitlab.push");
+    assert_eq!(gl.json()["idempotency_key"], "gitlab:uuid-1");
+    hb.post_raw(
+        "/ingest/gitlab",
+        push,
+        "application/json",
+        &[("X-Gitlab-Token", "nope")],
+    )
+    .assert_problem(401, "invalid_signature");
+    // Only the two events were stored: no handshake.
+    assert_eq!(admin_listing(&hb).len(), 2);
 }

@@ -182,7 +182,7 @@ fn every_preset_verifies_a_request_signed_as_its_provider_documents() {
 
 #[test]
 fn the_url_signing_kinds_sign_the_public_url() {
-    for kind in SIGN_URL {
+    for kind in SIGN_URL.iter().filter(|k| KINDS.contains(k)) {
         let good = body(kind, NOW, 1);
         let headers = signed(kind, SECRET, NOW, &good);
         let p = preset(

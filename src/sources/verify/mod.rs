@@ -7,13 +7,17 @@
 //! held to the source's tolerance in both directions (a signature from the future is
 //! as suspect as a stale one).
 
+pub(crate) mod discord;
 pub(crate) mod github;
 pub(crate) mod hmac;
+pub(crate) mod mailgun;
+pub(crate) mod sendgrid;
 pub(crate) mod shopify;
 pub(crate) mod slack;
 pub(crate) mod standard_webhooks;
 pub(crate) mod stripe;
 pub(crate) mod token;
+pub(crate) mod twilio;
 
 use std::time::Duration;
 
@@ -128,6 +132,40 @@ pub(crate) enum Verifier {
     },
     /// Any sender that signs the raw body with an HMAC in one header.
     Hmac(hmac::Scheme),
+    /// GitLab: `X-Gitlab-Token` equals a secret, or Standard Webhooks headers
+    /// verified with the list's `whsec_` secrets.
+    Gitlab {
+        /// The `whsec_` secrets of the list, if any.
+        keys: Option<standard_webhooks::Keys>,
+        /// For the Standard Webhooks timestamp.
+        tolerance: Option<Duration>,
+    },
+    /// Discord: ed25519 with the application's public keys.
+    Discord {
+        /// The public keys.
+        keys: Vec<ed25519_dalek::VerifyingKey>,
+        /// Allowed |now − ts|.
+        tolerance: Option<Duration>,
+    },
+    /// SendGrid: ECDSA P-256 with the verification keys.
+    Sendgrid {
+        /// The public keys.
+        keys: Vec<p256::ecdsa::VerifyingKey>,
+        /// Allowed |now − ts|.
+        tolerance: Option<Duration>,
+    },
+    /// Twilio: HMAC-SHA1 of the URL and the sorted form fields.
+    Twilio {
+        /// The URL Twilio was given.
+        url: String,
+    },
+    /// Mailgun: the body's signature, once per token.
+    Mailgun {
+        /// Allowed |now − ts|.
+        tolerance: Option<Duration>,
+        /// The tokens seen.
+        seen: mailgun::Seen,
+    },
     /// A header that must equal one of the secrets.
     Token(token::Scheme),
     /// Nothing to verify (senders on a private network).
@@ -146,6 +184,19 @@ impl Verifier {
                 standard_webhooks::verify(req, keys, *tolerance)
             }
             Self::Hmac(scheme) => scheme.verify(req, secrets),
+            Self::Gitlab { keys, tolerance } => match keys {
+                Some(keys) if req.header(standard_webhooks::SIGNATURE).is_some() => {
+                    standard_webhooks::verify(req, keys, *tolerance)
+                }
+                _ => token::Scheme {
+                    header: Some(http::HeaderName::from_static("x-gitlab-token")),
+                }
+                .verify(req, secrets),
+            },
+            Self::Discord { keys, tolerance } => discord::verify(req, keys, *tolerance),
+            Self::Sendgrid { keys, tolerance } => sendgrid::verify(req, keys, *tolerance),
+            Self::Twilio { url } => twilio::verify(req, url, secrets),
+            Self::Mailgun { tolerance, seen } => mailgun::verify(req, secrets, *tolerance, seen),
             Self::Token(scheme) => scheme.verify(req, secrets),
             Self::None => Ok(()),
         }
