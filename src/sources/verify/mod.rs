@@ -260,6 +260,26 @@ pub(crate) fn any_matches(
     found
 }
 
+/// A public-key scheme over `{timestamp}{body}` (Discord, SendGrid): the
+/// signature in `sig_header`, decoded by `decode` (else `form` says what it
+/// should be), checked by `verifies` (any of the source's keys), then the
+/// timestamp of `ts_header` held to `tolerance`.
+pub(crate) fn timestamped_signature<S>(
+    req: &Incoming<'_>,
+    (sig_header, ts_header): (&'static str, &'static str),
+    tolerance: Option<Duration>,
+    (decode, form): (impl Fn(&str) -> Option<S>, &str),
+    verifies: impl Fn(&[u8], &S) -> bool,
+) -> Result<(), Rejection> {
+    let ts = req.require(ts_header)?;
+    let sig = decode(req.require(sig_header)?.trim())
+        .ok_or_else(|| Rejection::Malformed(format!("{sig_header} is not {form}")))?;
+    if !verifies(&[ts.as_bytes(), req.body].concat(), &sig) {
+        return Err(Rejection::Mismatch(sig_header.into()));
+    }
+    check_timestamp(ts, req.now, tolerance).map(drop)
+}
+
 /// Checks a signed Unix timestamp (text) against `now` within `tolerance`.
 pub(crate) fn check_timestamp(
     text: &str,

@@ -12,7 +12,7 @@ use p256::ecdsa::signature::Verifier as _;
 use p256::ecdsa::{Signature, VerifyingKey};
 use p256::pkcs8::DecodePublicKey;
 
-use super::{Incoming, Rejection, check_timestamp};
+use super::{Incoming, Rejection, timestamped_signature};
 
 /// The signature header.
 pub(crate) const SIGNATURE: &str = "x-twilio-email-event-webhook-signature";
@@ -44,24 +44,22 @@ pub(crate) fn verify(
     keys: &[VerifyingKey],
     tolerance: Option<Duration>,
 ) -> Result<(), Rejection> {
-    let ts = req.require(TIMESTAMP)?;
-    let sig = req.require(SIGNATURE)?;
-    let sig = STANDARD
-        .decode(sig.trim())
-        .ok()
-        .and_then(|der| Signature::from_der(&der).ok())
-        .ok_or_else(|| {
-            Rejection::Malformed(format!("{SIGNATURE} is not a base64 DER ECDSA signature"))
-        })?;
-    let signed = [ts.as_bytes(), req.body].concat();
-    let mut found = false;
-    for key in keys {
-        found |= key.verify(&signed, &sig).is_ok();
-    }
-    if !found {
-        return Err(Rejection::Mismatch(SIGNATURE.into()));
-    }
-    check_timestamp(ts, req.now, tolerance).map(drop)
+    let decode = |b64: &str| {
+        STANDARD
+            .decode(b64)
+            .ok()
+            .and_then(|der| Signature::from_der(&der).ok())
+    };
+    timestamped_signature(
+        req,
+        (SIGNATURE, TIMESTAMP),
+        tolerance,
+        (decode, "a base64 DER ECDSA signature"),
+        |signed, sig| {
+            keys.iter()
+                .fold(false, |found, k| found | k.verify(signed, sig).is_ok())
+        },
+    )
 }
 
 #[cfg(test)]
