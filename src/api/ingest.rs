@@ -149,6 +149,55 @@ pub(crate) async fn ingest(
     }
 }
 
+/// The handler of Meta's subscription check.
+#[utoipa::path(
+    get,
+    path = "/ingest/{name}",
+    tag = "sources",
+    description = "Meta's webhook subscription check: the challenge echoed when the \
+                   verify token is the source's `[meta] verify_token_env` value.",
+    params(
+        ("name" = String, Path, description = "The source's name (kind meta)"),
+        ("hub.mode" = String, Query, description = "subscribe"),
+        ("hub.verify_token" = String, Query, description = "The token given to Meta"),
+        ("hub.challenge" = String, Query, description = "Echoed back"),
+    ),
+    responses(
+        (status = 200, description = "The challenge, as text", body = String, content_type = "text/plain"),
+        (status = 403, description = "`forbidden`: not subscribe, or another token", content_type = "application/problem+json", body = Problem),
+        (status = 404, description = "`not_found`: no meta source of that name", content_type = "application/problem+json", body = Problem),
+    )
+)]
+pub(crate) async fn subscription_check(
+    State(app): State<Intake>,
+    Path(name): Path<String>,
+    axum::extract::Query(query): axum::extract::Query<std::collections::HashMap<String, String>>,
+) -> Response {
+    let Some(token) = app
+        .sources
+        .get(&name)
+        .and_then(|s| s.source.verify_token.clone())
+    else {
+        return Problem::not_found("source").into_response();
+    };
+    let given = query
+        .get("hub.verify_token")
+        .map(String::as_str)
+        .unwrap_or_default();
+    let subscribe = query.get("hub.mode").is_some_and(|m| m == "subscribe");
+    if !subscribe || !crate::sources::verify::same(given.as_bytes(), token.expose().as_bytes()) {
+        return Problem::new(StatusCode::FORBIDDEN, "forbidden")
+            .detail("hub.mode is not subscribe, or hub.verify_token is not this source's")
+            .into_response();
+    }
+    let challenge = query.get("hub.challenge").cloned().unwrap_or_default();
+    (
+        [(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        challenge,
+    )
+        .into_response()
+}
+
 /// Commits a batch's events in body order: 202 `{accepted, duplicates, events}`
 /// (200 when none was new). An event refused stops the batch with its problem
 /// (the ones before it stay committed: the sender's retry finds them duplicates),

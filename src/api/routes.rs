@@ -62,6 +62,7 @@ pub(crate) fn table() -> Vec<Route> {
         route(Admin, routes!(destinations::pause)),
         route(Admin, routes!(destinations::resume)),
         route(Ingest, routes!(ingest::ingest)),
+        route(Open, routes!(ingest::subscription_check)),
         route(Admin, routes!(sources::list)),
         route(Admin, routes!(sources::rejected)),
         route(Admin, routes!(sources::reset)),

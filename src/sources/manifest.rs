@@ -60,6 +60,7 @@ struct Manifest {
     split: Option<String>,
     split_id: Option<String>,
     public_url: Option<String>,
+    meta: Option<MetaSection>,
     poll: Option<pull::spec::Section>,
     websocket: Option<pull::spec::Section>,
 }
@@ -77,6 +78,12 @@ struct HmacSection {
     timestamp: Option<String>,
     timestamp_format: Option<String>,
     signature_field: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MetaSection {
+    verify_token_env: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -204,6 +211,7 @@ fn build(
             delivery_id: Locator::Pointer(spec.fields.id.clone()),
             pull: Some(std::sync::Arc::new(spec)),
             split: None,
+            verify_token: None,
         });
     }
     if let Some(field) = [
@@ -252,6 +260,7 @@ fn build(
         })
     });
     let split = split(&m)?.or(default_split);
+    let verify_token = verify_token(&m, env)?;
     Ok(Source {
         name,
         kind: m.kind,
@@ -263,7 +272,26 @@ fn build(
         delivery_id,
         pull: None,
         split,
+        verify_token,
     })
+}
+
+/// `[meta] verify_token_env`'s value (kind `meta` only; the variable must be set).
+fn verify_token(
+    m: &Manifest,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<Secret>, Problem> {
+    let Some(section) = &m.meta else {
+        return Ok(None);
+    };
+    if m.kind != "meta" {
+        return Err(("meta", format!("kind {:?} takes no [meta] section", m.kind)));
+    }
+    let name = section.verify_token_env.trim();
+    match env(name).filter(|v| !v.trim().is_empty()) {
+        Some(value) => Ok(Some(Secret::new(value.trim()))),
+        None => Err(("verify_token_env", format!("{name} is not set"))),
+    }
 }
 
 /// `public_url`: an http(s) URL, required by the kinds that sign the URL the
@@ -324,6 +352,7 @@ fn pull_spec(m: &Manifest, env: &dyn Fn(&str) -> Option<String>) -> Result<PullS
         ("token", m.token.is_some()),
         ("split", m.split.is_some()),
         ("public_url", m.public_url.is_some()),
+        ("meta", m.meta.is_some()),
         ("split_id", m.split_id.is_some()),
     ] {
         if given {

@@ -46,6 +46,9 @@ pub struct Source {
     pub(crate) pull: Option<std::sync::Arc<pull::PullSpec>>,
     /// Where a batched body's events are (`split`), if the source splits.
     pub(crate) split: Option<Split>,
+    /// Meta's verify token (`[meta] verify_token_env`), which its GET
+    /// subscription challenge must carry.
+    pub(crate) verify_token: Option<Secret>,
 }
 
 /// How a push source splits a batched body into events (`split`, `split_id`).

@@ -24,6 +24,7 @@ const EXAMPLE_SECRETS: &[(&str, &str)] = &[
     ),
     ("TWILIO_WEBHOOK_SECRET", "twilio-secret-value"),
     ("MAILGUN_WEBHOOK_SECRET", "mailgun-secret-value"),
+    ("META_VERIFY_TOKEN", "meta-verify-value"),
     ("INTERCOM_WEBHOOK_SECRET", "intercom-secret-value"),
     ("META_WEBHOOK_SECRET", "meta-secret-value"),
     ("PADDLE_WEBHOOK_SECRET", "paddle-secret-value"),
