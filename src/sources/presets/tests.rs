@@ -221,3 +221,44 @@ fn hubspot_splits_by_default() {
     );
     assert!(preset("square", None, Some(URL)).unwrap().split.is_none());
 }
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// For any secret and body, every kind accepts what the independent signer
+        /// above built, and refuses the same request with any one byte of the body
+        /// changed.
+        #[test]
+        fn verify_accepts_the_signer_and_refuses_any_one_byte_change(
+            secret in "[ -~]{8,64}",
+            n in any::<u32>(),
+            extra in "[ -~]{0,200}",
+            at in any::<prop::sample::Index>(),
+            flip in 1u8..=255,
+        ) {
+            for kind in KINDS {
+                let mut body = body(kind, NOW, n);
+                // Extra text inside the JSON object, so that every kind still reads it.
+                body.insert_str(body.len() - 1, &format!(",\"x\":{}", serde_json::Value::String(extra.clone())));
+                let headers = signed(kind, &secret, NOW, &body);
+                let p = preset(kind, Some(Duration::from_secs(300)), Some(URL)).unwrap();
+                let mut h = HeaderMap::new();
+                for (k, v) in &headers {
+                    h.insert(*k, v.parse().unwrap());
+                }
+                let req = Incoming { headers: &h, body: body.as_bytes(), now: NOW };
+                prop_assert_eq!(p.verifier.verify(&req, &[Secret::new(secret.clone())]), Ok(()), "{}", kind);
+                let mut changed = body.clone().into_bytes();
+                let i = at.index(changed.len());
+                changed[i] ^= flip;
+                let req = Incoming { headers: &h, body: &changed, now: NOW };
+                prop_assert!(p.verifier.verify(&req, &[Secret::new(secret.clone())]).is_err(), "{}: byte {} changed", kind, i);
+            }
+        }
+    }
+}
