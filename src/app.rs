@@ -35,6 +35,7 @@ use crate::sources::live::Sources;
 use crate::ssrf::TargetGuard;
 use crate::state::{AdminToken, AppState, Lifecycle, MetricsExport, Shared};
 use crate::store::pull::PullStore;
+use crate::store::rejected::RejectedStore;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{Store, StoreError, WorkStore};
 
@@ -82,6 +83,8 @@ pub struct Backend {
     pub work: WorkStore,
     /// Where pull sources keep their cursors.
     pub pull: Arc<dyn PullStore>,
+    /// Where sources keep the requests they refused.
+    pub rejected: Arc<dyn RejectedStore>,
 }
 
 /// Opens the database a configuration names (and applies its migrations).
@@ -91,7 +94,8 @@ pub async fn open_backend(config: &Config) -> Result<Backend, AppError> {
         return Ok(Backend {
             store: store.clone(),
             work: WorkStore::Due(store.clone()),
-            pull: store,
+            pull: store.clone(),
+            rejected: store,
         });
     }
     let url = config.database_url.as_deref().unwrap_or_default();
@@ -108,7 +112,8 @@ pub async fn open_backend(config: &Config) -> Result<Backend, AppError> {
         return Ok(Backend {
             store: pg.clone(),
             work: WorkStore::Claims(pg.clone()),
-            pull: pg,
+            pull: pg.clone(),
+            rejected: pg,
         });
     }
     Err(AppError::UnsupportedDatabase(
@@ -239,7 +244,11 @@ impl App {
             store: backend.store,
             inbox,
             registry,
-            sources: Arc::new(Sources::new(sources).with_cursors(backend.pull)),
+            sources: Arc::new(
+                Sources::new(sources)
+                    .with_cursors(backend.pull)
+                    .with_rejected(backend.rejected),
+            ),
             require_idempotency_key: config.require_idempotency_key,
             max_body_bytes: config.max_body_bytes,
             admin_token: AdminToken::new(config.admin_token.clone()),
@@ -379,6 +388,7 @@ async fn run_workers(
     }
     let retention = tokio::spawn(crate::retention::run(
         store.clone(),
+        state.sources.rejected_store().cloned(),
         config.retention_days,
         config.cleanup_interval,
     ));

@@ -1,6 +1,7 @@
 //! Retention: every `CLEANUP_INTERVAL_HOURS`, delete `completed` and `failed` events
 //! created more than `RETENTION_DAYS` ago, with their deliveries, in batches of 1000.
-//! `pending` and `processing` events are never deleted (invariant 7).
+//! `pending` and `processing` events are never deleted (invariant 7). The same run
+//! drops rejected requests older than the rejected log keeps them (7 days).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +9,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use crate::model::Timestamp;
+use crate::store::rejected::{Bounds, RejectedStore};
 use crate::store::{Store, StoreError};
 
 /// Rows deleted per transaction.
@@ -27,7 +29,12 @@ pub(crate) async fn purge_before(store: &dyn Store, cutoff: Timestamp) -> Result
 }
 
 /// Runs retention forever (the first run one interval after start).
-pub(crate) async fn run(store: Arc<dyn Store>, retention_days: f64, interval: Duration) {
+pub(crate) async fn run(
+    store: Arc<dyn Store>,
+    rejected: Option<Arc<dyn RejectedStore>>,
+    retention_days: f64,
+    interval: Duration,
+) {
     let keep = Duration::try_from_secs_f64(retention_days * 86_400.0).unwrap_or(Duration::MAX);
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -42,6 +49,12 @@ pub(crate) async fn run(store: Arc<dyn Store>, retention_days: f64, interval: Du
             Ok(0) => {}
             Ok(n) => info!(deleted = n, before = %cutoff.to_rfc3339(), "retention"),
             Err(e) => warn!(error = %e, "retention failed; next run will retry"),
+        }
+        if let Some(log) = &rejected {
+            let before = Bounds::default().oldest_kept(Timestamp::now());
+            if let Err(e) = log.purge_rejected(before).await {
+                warn!(error = %e, "rejected-log retention failed; next run will retry");
+            }
         }
     }
 }

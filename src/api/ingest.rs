@@ -32,7 +32,8 @@ use crate::json;
 use crate::layers::idempotency;
 use crate::model::Timestamp;
 use crate::sources::identify;
-use crate::sources::live::{LiveSource, Reason, Refusal};
+use crate::sources::live::LiveSource;
+use crate::sources::rejected::{self, Reason, Refusal};
 use crate::sources::verify::{Incoming, Verifier};
 use crate::store::EventSummary;
 
@@ -77,29 +78,108 @@ pub(crate) async fn ingest(
     };
     let received_at = Timestamp::now();
     let (parts, body) = request.into_parts();
-    let refuse = |reason: Reason, problem: Problem, body: &[u8]| {
-        let answer = Refusal {
-            status: problem.status,
-            code: problem.code,
-            detail: &problem.detail,
-        };
-        let entry = source.entry(received_at, reason, answer, &parts.headers, body);
-        source.rejected(entry);
-        problem.into_response()
-    };
     let read = idempotency::buffer(
         &parts.headers,
         body,
         app.settings.max_body_bytes,
         intake::body_read_timeout(),
     );
-    let body = match read.await {
-        Ok(body) => body,
-        Err(rejection) => return refuse(Reason::Other, rejection.into(), b""),
+    let (body, refused) = match read.await {
+        Ok(body) => {
+            let result = receive(&app, &source, &parts.headers, &body, received_at).await;
+            match result {
+                Ok(passed) => return passed.response,
+                Err(refused) => (body, refused),
+            }
+        }
+        Err(rejection) => (
+            Default::default(),
+            Refused::unverified(Reason::Other, rejection.into()),
+        ),
     };
+    if refused.logged {
+        let row = rejected::entry(
+            &source.source,
+            received_at,
+            refused.refusal(),
+            &parts.headers,
+            &body,
+            refused.verified,
+        );
+        source.rejected(row).await;
+    }
+    refused.problem.into_response()
+}
+
+/// A verified request's answer, with how many new events and redeliveries it
+/// brought.
+pub(crate) struct Passed {
+    /// New events committed.
+    pub accepted: u64,
+    /// Redeliveries answered with the stored event.
+    pub duplicates: u64,
+    /// The event's id, for one event.
+    pub event: Option<uuid::Uuid>,
+    /// What the sender is answered.
+    pub response: Response,
+}
+
+/// A refused request: why, what it is answered, and whether the rejected log
+/// keeps it.
+pub(crate) struct Refused {
+    /// Why.
+    pub reason: Reason,
+    /// The answer.
+    pub problem: Problem,
+    /// Whether it passed verification (the log's quota it counts against).
+    pub verified: bool,
+    /// False when the refusal is not the sender's fault (shutting down).
+    pub logged: bool,
+}
+
+impl Refused {
+    fn unverified(reason: Reason, problem: Problem) -> Self {
+        Self {
+            reason,
+            problem,
+            verified: false,
+            logged: true,
+        }
+    }
+
+    fn verified(problem: Problem, logged: bool) -> Self {
+        Self {
+            reason: Reason::of_code(problem.code),
+            problem,
+            verified: true,
+            logged,
+        }
+    }
+
+    /// What the rejected log keeps of the answer.
+    pub(crate) fn refusal(&self) -> Refusal<'_> {
+        Refusal {
+            reason: self.reason,
+            status: self.problem.status,
+            code: self.problem.code,
+            detail: &self.problem.detail,
+        }
+    }
+}
+
+/// Verifies a request `source` received at `received_at` (its timestamp judged
+/// against then) and ingests it: what `POST /ingest/{name}` does once the body is
+/// read, and what a retry of a rejected request does again.
+pub(crate) async fn receive(
+    app: &Intake,
+    source: &LiveSource,
+    headers: &HeaderMap,
+    body: &[u8],
+    received_at: Timestamp,
+) -> Result<Passed, Refused> {
     let incoming = Incoming {
-        headers: &parts.headers,
-        body: &body,
+        headers,
+        body,
         now: received_at.millis().div_euclid(1000),
     };
     if let Err(rejection) = source
@@ -109,43 +189,52 @@ pub(crate) async fn ingest(
     {
         let problem = Problem::new(StatusCode::UNAUTHORIZED, "invalid_signature")
             .detail(rejection.to_string());
-        return refuse(Reason::of(&rejection), problem, &body);
+        return Err(Refused::unverified(Reason::of(&rejection), problem));
     }
-    match identify_event(&source, &parts.headers, &body) {
-        Err(problem) => refuse(Reason::Other, problem, &body),
-        Ok(Identified::Handshake(answer)) => (StatusCode::OK, Json(answer)).into_response(),
-        Ok(Identified::Batch(submissions)) => {
-            match accept_batch(&app, &source, submissions).await {
-                Ok(res) => res,
-                Err((problem, true)) => refuse(Reason::Other, problem, &body),
-                Err((problem, false)) => problem.into_response(),
-            }
+    match identify_event(source, headers, body).map_err(|p| Refused::verified(p, true))? {
+        Identified::Handshake(answer) => Ok(Passed {
+            accepted: 0,
+            duplicates: 0,
+            event: None,
+            response: (StatusCode::OK, Json(answer)).into_response(),
+        }),
+        Identified::Batch(submissions) => accept_batch(app, source, submissions).await,
+        Identified::Event(submission) => accept_one(app, source, submission).await,
+    }
+}
+
+/// Commits one event: 202 new, 200 a redelivery, or the intake's refusal (kept in
+/// the log when it is the sender's fault: not while shutting down).
+async fn accept_one(
+    app: &Intake,
+    source: &LiveSource,
+    submission: Submission,
+) -> Result<Passed, Refused> {
+    let outcome = app
+        .inbox
+        .accept(submission)
+        .await
+        .map_err(|e| Refused::verified(Problem::from(e), false))?;
+    let (accepted, duplicates, event) = match &outcome {
+        Outcome::Accepted(e) => {
+            source.accepted();
+            (1, 0, Some(e.id))
         }
-        Ok(Identified::Event(submission)) => {
-            let outcome = match app.inbox.accept(submission).await {
-                Ok(outcome) => outcome,
-                Err(e) => return Problem::from(e).into_response(),
-            };
-            // What the sender sent wrong goes to the rejected log; shutting down
-            // is not the sender's fault.
-            let logged = match &outcome {
-                Outcome::Accepted(_) => {
-                    source.accepted();
-                    false
-                }
-                Outcome::Duplicate(_) => {
-                    source.duplicate();
-                    false
-                }
-                Outcome::KeyReused(_) => true,
-                Outcome::Refused(refusal) => *refusal != inbox::Refusal::Draining,
-            };
-            match intake::answer(outcome) {
-                Ok(res) => res,
-                Err(problem) if logged => refuse(Reason::Other, problem, &body),
-                Err(problem) => problem.into_response(),
-            }
+        Outcome::Duplicate(e) => {
+            source.duplicate();
+            (0, 1, Some(e.id))
         }
+        Outcome::KeyReused(_) | Outcome::Refused(_) => (0, 0, None),
+    };
+    let logged = !matches!(outcome, Outcome::Refused(inbox::Refusal::Draining));
+    match intake::answer(outcome) {
+        Ok(response) => Ok(Passed {
+            accepted,
+            duplicates,
+            event,
+            response,
+        }),
+        Err(problem) => Err(Refused::verified(problem, logged)),
     }
 }
 
@@ -200,41 +289,19 @@ pub(crate) async fn subscription_check(
 
 /// Commits a batch's events in body order: 202 `{accepted, duplicates, events}`
 /// (200 when none was new). An event refused stops the batch with its problem
-/// (the ones before it stay committed: the sender's retry finds them duplicates),
-/// and whether it goes to the rejected log (the sender's fault, not a shutdown).
+/// (the ones before it stay committed: the sender's retry finds them duplicates).
 async fn accept_batch(
     app: &Intake,
     source: &LiveSource,
     submissions: Vec<Submission>,
-) -> Result<Response, (Problem, bool)> {
+) -> Result<Passed, Refused> {
     let (mut accepted, mut duplicates) = (0u64, 0u64);
     let mut events = Vec::with_capacity(submissions.len());
     for submission in submissions {
-        match app
-            .inbox
-            .accept(submission)
-            .await
-            .map_err(|e| (Problem::from(e), false))?
-        {
-            Outcome::Accepted(event) => {
-                source.accepted();
-                accepted += 1;
-                events.push(event.id);
-            }
-            Outcome::Duplicate(event) => {
-                source.duplicate();
-                metrics::counter!(crate::telemetry::names::EVENTS_DUPLICATE).increment(1);
-                duplicates += 1;
-                events.push(event.id);
-            }
-            refused => {
-                let logged = !matches!(refused, Outcome::Refused(inbox::Refusal::Draining));
-                return match intake::answer(refused) {
-                    Err(problem) => Err((problem, logged)),
-                    Ok(res) => Ok(res),
-                };
-            }
-        }
+        let passed = accept_one(app, source, submission).await?;
+        accepted += passed.accepted;
+        duplicates += passed.duplicates;
+        events.extend(passed.event);
     }
     let status = if accepted > 0 {
         StatusCode::ACCEPTED
@@ -242,7 +309,12 @@ async fn accept_batch(
         StatusCode::OK
     };
     let answer = json!({ "accepted": accepted, "duplicates": duplicates, "events": events });
-    Ok((status, Json(answer)).into_response())
+    Ok(Passed {
+        accepted,
+        duplicates,
+        event: None,
+        response: (status, Json(answer)).into_response(),
+    })
 }
 
 /// What a verified request is.

@@ -18,6 +18,7 @@ pub(crate) mod intake;
 pub(crate) mod openapi;
 pub(crate) mod probes;
 pub(crate) mod problem;
+pub(crate) mod rejected;
 pub(crate) mod routes;
 pub(crate) mod sources;
 pub(crate) mod status;

@@ -11,7 +11,9 @@
 use utoipa_axum::router::UtoipaMethodRouter;
 use utoipa_axum::routes;
 
-use super::{dead_letters, destinations, ingest, intake, probes, sources, status, subscribers};
+use super::{
+    dead_letters, destinations, ingest, intake, probes, rejected, sources, status, subscribers,
+};
 use crate::state::AppState;
 
 /// Who may call a route; it decides the layers the route gets.
@@ -64,7 +66,9 @@ pub(crate) fn table() -> Vec<Route> {
         route(Ingest, routes!(ingest::ingest)),
         route(Open, routes!(ingest::subscription_check)),
         route(Admin, routes!(sources::list)),
-        route(Admin, routes!(sources::rejected)),
+        route(Admin, routes!(rejected::list)),
+        route(Admin, routes!(rejected::retry_one)),
+        route(Admin, routes!(rejected::retry_every)),
         route(Admin, routes!(sources::reset)),
         route(Open, routes!(probes::health)),
         route(Open, routes!(probes::ready)),

@@ -1,9 +1,8 @@
 //! The admin view of the sources: `GET /sources` (each source with its counters;
 //! a pull source also with its committed cursor, state, last error and lag),
-//! `GET /sources/{name}/rejected` (its log of refused requests or items, newest
-//! first) and `POST /sources/{name}/reset` (moves a pull source's cursor). Counters,
-//! states and logs are this instance's, since it started (see
-//! [`crate::sources::live`]); cursors are read from the database.
+//! and `POST /sources/{name}/reset` (moves a pull source's cursor). Counters and
+//! states are this instance's, since it started (see [`crate::sources::live`]);
+//! cursors are read from the database. The rejected log is [`super::rejected`].
 
 use std::sync::Arc;
 
@@ -15,7 +14,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::api::problem::Problem;
-use crate::sources::live::{RejectedRequest, SourceView, Sources};
+use crate::sources::live::{SourceView, Sources};
 
 /// A list answer: `{items: [...]}`.
 #[derive(Debug, Serialize)]
@@ -41,30 +40,6 @@ pub(crate) async fn list(
 ) -> Result<Json<Items<SourceView>>, Problem> {
     Ok(Json(Items {
         items: sources.views().await?,
-    }))
-}
-
-/// `GET /sources/{name}/rejected` (admin): 404 for an unknown source.
-#[utoipa::path(
-    get,
-    path = "/sources/{name}/rejected",
-    tag = "sources",
-    params(("name" = String, Path, description = "The source's name")),
-    responses(
-        (status = 200, description = "`{\"items\": [...]}`: its refused requests, newest first \
-                                      (without secret-bearing headers)", body = serde_json::Value),
-        (status = 404, description = "`not_found`: no such source", content_type = "application/problem+json", body = Problem),
-    )
-)]
-pub(crate) async fn rejected(
-    State(sources): State<Arc<Sources>>,
-    Path(name): Path<String>,
-) -> Result<Json<Items<RejectedRequest>>, Problem> {
-    let source = sources
-        .get(&name)
-        .ok_or_else(|| Problem::not_found("source"))?;
-    Ok(Json(Items {
-        items: source.rejected_log(),
     }))
 }
 

@@ -143,6 +143,10 @@ pub(crate) fn router(app: AppState) -> Router {
             post(pages::destinations::act),
         )
         .route("/console/sources", get(pages::sources::list))
+        .route(
+            "/console/sources/{name}/rejected/retry",
+            post(pages::sources::retry),
+        )
         .route("/console/logout", post(pages::login::logout))
         .route_layer(from_fn_with_state(console.clone(), gate));
     Router::new()

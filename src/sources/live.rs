@@ -1,33 +1,32 @@
-//! The sources of a running instance: each [`Source`] with its counters and its
-//! log of rejected requests.
+//! The sources of a running instance: each [`Source`] with its counters, and the
+//! way to its rejected log.
 //!
-//! Both are **per instance and in memory**: they count and keep what this process
+//! The counters are **per instance and in memory**: they count what this process
 //! saw since it started (several instances sharing PostgreSQL each have their own),
-//! and a restart empties them. The rejected log keeps the newest
-//! [`REJECTED_LOG_SIZE`] requests per source — when each arrived, why it was
-//! refused, its headers without the secret-bearing ones ([`is_secret_header`]), its
-//! size and the first [`BODY_PREVIEW_BYTES`] of its body — so an operator can see
-//! why a sender's webhooks fail (a rotated secret, a clock off by minutes).
+//! and a restart empties them. The rejected log is in the database
+//! ([`crate::store::rejected`]): shared, durable, bounded per source; what it keeps
+//! of a request is [`super::rejected::entry`]'s choice, so an operator can see why
+//! a sender's webhooks fail (a rotated secret, a clock off by minutes) and retry
+//! them once that is fixed.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, OnceLock};
 
 use http::HeaderMap;
 use serde::Serialize;
-use serde_json::{Map, Value};
 
 use super::Source;
 use super::pull::status::{PullStatus, PullView};
-use super::verify::{self, Verifier, github, shopify, slack, standard_webhooks, stripe};
+use super::rejected::{self, BODY_PREVIEW_BYTES, MASK_MARGIN, Reason, Refusal, RejectedRequest};
 use crate::model::Timestamp;
+use crate::store::StoreError;
 use crate::store::pull::{CursorRow, PullStore};
+use crate::store::rejected::{Bounds, RejectedRow, RejectedStore};
 use crate::telemetry::names;
 
-/// Rejected requests kept per source (the newest).
-pub(crate) const REJECTED_LOG_SIZE: usize = 1000;
-/// How much of a rejected request's body is kept, in bytes.
-pub(crate) const BODY_PREVIEW_BYTES: usize = 1024;
+/// Rejected requests a listing shows per source (the newest).
+pub(crate) const REJECTED_LOG_SIZE: u32 = 1000;
 
 /// Every configured source, by name.
 #[derive(Default)]
@@ -36,6 +35,8 @@ pub struct Sources {
     by_name: HashMap<String, Arc<LiveSource>>,
     /// Where pull sources keep their cursors (set by the app).
     cursors: Option<Arc<dyn PullStore>>,
+    /// Where sources keep the requests they refused (set by the app).
+    rejected: Option<Arc<dyn RejectedStore>>,
 }
 
 impl std::fmt::Debug for Sources {
@@ -61,6 +62,7 @@ impl Sources {
             all,
             by_name,
             cursors: None,
+            rejected: None,
         }
     }
 
@@ -68,6 +70,20 @@ impl Sources {
     pub fn with_cursors(mut self, store: Arc<dyn PullStore>) -> Self {
         self.cursors = Some(store);
         self
+    }
+
+    /// With the store where sources keep the requests they refused.
+    pub fn with_rejected(mut self, store: Arc<dyn RejectedStore>) -> Self {
+        for source in &self.all {
+            let _ = source.log.set(store.clone());
+        }
+        self.rejected = Some(store);
+        self
+    }
+
+    /// The store of the rejected log, if set.
+    pub fn rejected_store(&self) -> Option<&Arc<dyn RejectedStore>> {
+        self.rejected.as_ref()
     }
 
     /// The store where pull sources keep their cursors, if set.
@@ -121,7 +137,8 @@ pub struct LiveSource {
     /// Milliseconds since the epoch; 0 = never.
     last_accepted: AtomicI64,
     last_rejected: AtomicI64,
-    log: Mutex<VecDeque<RejectedRequest>>,
+    /// Where its rejected requests go (set once, by [`Sources::with_rejected`]).
+    log: OnceLock<Arc<dyn RejectedStore>>,
     /// A pull source's adapter status; `None` for a push source.
     pub pull: Option<PullStatus>,
 }
@@ -132,74 +149,6 @@ impl std::fmt::Debug for LiveSource {
             .field("source", &self.source)
             .finish_non_exhaustive()
     }
-}
-
-/// Why a request was refused: the `reason` label and log field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Reason {
-    /// The signature (or token) is missing or matches no secret.
-    Signature,
-    /// The signed timestamp is outside the tolerance.
-    Timestamp,
-    /// Anything else: a malformed signature header, a body that does not parse, no
-    /// event type, a delivery id reused for another body, a body too large.
-    Other,
-}
-
-impl Reason {
-    /// The label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Signature => "signature",
-            Self::Timestamp => "timestamp",
-            Self::Other => "other",
-        }
-    }
-
-    /// The reason of a verifier's rejection.
-    pub fn of(rejection: &super::verify::Rejection) -> Self {
-        match rejection.reason() {
-            "signature" => Self::Signature,
-            "timestamp" => Self::Timestamp,
-            _ => Self::Other,
-        }
-    }
-}
-
-/// What a refused request was answered: the parts of its problem that the log
-/// keeps (the HTTP layer builds it from its own problem type, so this module needs
-/// none).
-#[derive(Debug, Clone, Copy)]
-pub struct Refusal<'a> {
-    /// The answer's status (401, 400, 413, 422).
-    pub status: u16,
-    /// The answer's problem code.
-    pub code: &'static str,
-    /// What was wrong (never a secret or a signature value).
-    pub detail: &'a str,
-}
-
-/// One refused request, as `GET /sources/{name}/rejected` shows it.
-#[derive(Debug, Clone, Serialize)]
-pub struct RejectedRequest {
-    /// When it arrived.
-    pub received_at: Timestamp,
-    /// `signature`, `timestamp` or `other`.
-    pub reason: Reason,
-    /// The answer's status (401, 400, 413, 422).
-    pub status: u16,
-    /// The answer's problem code.
-    pub code: &'static str,
-    /// What was wrong (never a secret or a signature value).
-    pub detail: String,
-    /// Its headers, without the secret-bearing ones (a repeated header's values
-    /// joined with `, `).
-    pub headers: Map<String, Value>,
-    /// The body's size in bytes.
-    pub body_bytes: usize,
-    /// Its first [`BODY_PREVIEW_BYTES`], as text (invalid UTF-8 replaced).
-    pub body: String,
 }
 
 /// A source's counters as `GET /sources` shows them (this instance, since start).
@@ -238,7 +187,7 @@ impl LiveSource {
             rejected: AtomicU64::new(0),
             last_accepted: AtomicI64::new(0),
             last_rejected: AtomicI64::new(0),
-            log: Mutex::new(VecDeque::new()),
+            log: OnceLock::new(),
         }
     }
 
@@ -263,33 +212,58 @@ impl LiveSource {
             .increment(1);
     }
 
-    /// Counts a refused request and keeps it in the log (the oldest entry goes
-    /// when the log is full).
-    pub fn rejected(&self, request: RejectedRequest) {
+    /// Counts a refused request and keeps it in the rejected log (a failure to
+    /// keep it is logged: the sender's answer does not depend on it).
+    pub async fn rejected(&self, row: RejectedRow) {
         self.rejected.fetch_add(1, Ordering::Relaxed);
         self.last_rejected
-            .store(request.received_at.millis(), Ordering::Relaxed);
+            .store(row.received_at.millis(), Ordering::Relaxed);
         self.count("rejected");
-        metrics::counter!(names::SOURCE_REJECTED, "source" => self.source.name.clone(), "reason" => request.reason.as_str())
+        let label = match row.reason.as_str() {
+            "signature" => Reason::Signature.label(),
+            "timestamp" => Reason::Timestamp.label(),
+            _ => Reason::Other.label(),
+        };
+        metrics::counter!(names::SOURCE_REJECTED, "source" => self.source.name.clone(), "reason" => label)
             .increment(1);
         tracing::warn!(
             source = %self.source.name,
-            reason = request.reason.as_str(),
-            status = request.status,
-            detail = %request.detail,
+            reason = %row.reason,
+            status = row.status,
+            detail = %row.detail,
             "source request refused"
         );
-        let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
-        if log.len() >= REJECTED_LOG_SIZE {
-            log.pop_front();
+        let Some(store) = self.log.get() else { return };
+        if let Err(e) = store.keep(row, Bounds::default()).await {
+            tracing::warn!(source = %self.source.name, error = %e, "the rejected log could not keep a request");
         }
-        log.push_back(request);
     }
 
-    /// The rejected log, newest first.
-    pub fn rejected_log(&self) -> Vec<RejectedRequest> {
-        let log = self.log.lock().unwrap_or_else(|e| e.into_inner());
-        log.iter().rev().cloned().collect()
+    /// The rejected log, newest first (at most [`REJECTED_LOG_SIZE`], none older
+    /// than the log keeps).
+    pub async fn rejected_log(&self, limit: u32) -> Result<Vec<RejectedRequest>, StoreError> {
+        let Some(store) = self.log.get() else {
+            return Ok(Vec::new());
+        };
+        let since = Bounds::default().oldest_kept(Timestamp::now());
+        let preview = (BODY_PREVIEW_BYTES + MASK_MARGIN) as u32;
+        let rows = store
+            .rejected(
+                &self.source.name,
+                since,
+                limit.min(REJECTED_LOG_SIZE),
+                preview,
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| RejectedRequest::shown(row, &self.source.secrets))
+            .collect())
+    }
+
+    /// The store of the rejected log, once set.
+    pub fn log(&self) -> Option<&Arc<dyn RejectedStore>> {
+        self.log.get()
     }
 
     /// The counters, and for a pull source its committed cursor `row`.
@@ -316,115 +290,30 @@ impl LiveSource {
     }
 
     /// Counts a pulled item that could not be stored and keeps it in the rejected
-    /// log (no headers: the adapter's own requests carry only its credentials).
-    pub fn refused_item(&self, code: &'static str, detail: String, item: &str) {
-        let mut preview = item.to_owned();
-        if preview.len() > BODY_PREVIEW_BYTES {
-            let mut cut = BODY_PREVIEW_BYTES;
-            while !preview.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            preview.truncate(cut);
-        }
-        self.rejected(RejectedRequest {
-            received_at: Timestamp::now(),
+    /// log (no headers: the adapter's own requests carry only its credentials; not
+    /// retryable: nothing verifies an item).
+    pub async fn refused_item(&self, code: &'static str, detail: String, item: &str) {
+        let refusal = Refusal {
             reason: Reason::Other,
             status: 422,
             code,
-            detail,
-            headers: Map::new(),
-            body_bytes: item.len(),
-            body: preview,
-        });
+            detail: &detail,
+        };
+        let mut row = rejected::entry(
+            &self.source,
+            Timestamp::now(),
+            refusal,
+            &HeaderMap::new(),
+            item.as_bytes(),
+            true,
+        );
+        row.retryable = false;
+        self.rejected(row).await;
     }
-
-    /// A log entry for a refused request (`answer`: what it was answered): its headers without the secret-bearing
-    /// ones, and its body's first bytes (any of the source's secrets found in them
-    /// is masked as well).
-    pub fn entry(
-        &self,
-        received_at: Timestamp,
-        reason: Reason,
-        answer: Refusal<'_>,
-        headers: &HeaderMap,
-        body: &[u8],
-    ) -> RejectedRequest {
-        let mut kept = Map::new();
-        for (name, value) in headers {
-            let value = String::from_utf8_lossy(value.as_bytes());
-            if is_secret_header(&self.source.verifier, name.as_str()) || self.holds_secret(&value) {
-                continue;
-            }
-            match kept.get_mut(name.as_str()) {
-                Some(Value::String(joined)) => {
-                    joined.push_str(", ");
-                    joined.push_str(&value);
-                }
-                _ => {
-                    kept.insert(name.as_str().to_owned(), Value::String(value.into_owned()));
-                }
-            }
-        }
-        let mut preview =
-            String::from_utf8_lossy(&body[..body.len().min(BODY_PREVIEW_BYTES)]).into_owned();
-        for secret in &self.source.secrets {
-            let secret = secret.expose();
-            if !secret.is_empty() && preview.contains(secret) {
-                preview = preview.replace(secret, "***");
-            }
-        }
-        RejectedRequest {
-            received_at,
-            reason,
-            status: answer.status,
-            code: answer.code,
-            detail: answer.detail.to_owned(),
-            headers: kept,
-            body_bytes: body.len(),
-            body: preview,
-        }
-    }
-
-    fn holds_secret(&self, value: &str) -> bool {
-        self.source
-            .secrets
-            .iter()
-            .any(|s| !s.expose().is_empty() && value.contains(s.expose()))
-    }
-}
-
-/// Headers never kept in the rejected log: credentials (`Authorization`, `Cookie`,
-/// …), the kind's signature headers, and any header whose name contains
-/// `signature`, `token`, `secret`, `hmac` or `auth`.
-pub(crate) fn is_secret_header(verifier: &Verifier, name: &str) -> bool {
-    let name = name.to_ascii_lowercase();
-    const WORDS: &[&str] = &["signature", "token", "secret", "hmac", "auth", "cookie"];
-    if WORDS.iter().any(|w| name.contains(w)) {
-        return true;
-    }
-    let kind_header = match verifier {
-        Verifier::Github => Some(github::SIGNATURE),
-        Verifier::Stripe { .. } => Some(stripe::SIGNATURE),
-        Verifier::Shopify => Some(shopify::SIGNATURE),
-        Verifier::Slack { .. } => Some(slack::SIGNATURE),
-        Verifier::StandardWebhooks { .. } => Some(standard_webhooks::SIGNATURE),
-        Verifier::Hmac(scheme) => Some(scheme.header.as_str()),
-        Verifier::Gitlab { .. } => Some("x-gitlab-token"),
-        Verifier::Discord { .. } => Some(verify::discord::SIGNATURE),
-        Verifier::Sendgrid { .. } => Some(verify::sendgrid::SIGNATURE),
-        Verifier::Twilio { .. } => Some(verify::twilio::SIGNATURE),
-        Verifier::Mailgun { .. } => None,
-        Verifier::Token(scheme) => scheme.header.as_ref().map(http::HeaderName::as_str),
-        Verifier::None => None,
-    };
-    kind_header.is_some_and(|h| h.eq_ignore_ascii_case(&name))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::sources::manifest::load_str;
-
     /// The example that was this item's doc test (the item is crate-private).
     #[test]
     fn the_module_example() {
@@ -437,66 +326,5 @@ mod tests {
         lan.accepted();
         assert_eq!(lan.view_with(None).accepted, 1);
         assert!(sources.get("other").is_none());
-    }
-
-    fn source(text: &str) -> LiveSource {
-        let env = |name: &str| (name == "S").then(|| "hunter2-secret".to_owned());
-        LiveSource::new(load_str("src.toml", text, &env).expect("valid"))
-    }
-
-    #[test]
-    fn the_log_keeps_the_newest_thousand_without_secret_headers() {
-        let s = source("kind = \"token\"\nsecret_env = \"S\"\n[token]\nheader = \"X-Api-Key\"");
-        let mut h = HeaderMap::new();
-        h.insert("x-api-key", "hunter2-secret".parse().unwrap());
-        h.insert("authorization", "Basic abc".parse().unwrap());
-        h.insert("x-custom-token", "t".parse().unwrap());
-        h.insert("x-forwarded", "hunter2-secret".parse().unwrap());
-        h.append("x-trace", "a".parse().unwrap());
-        h.append("x-trace", "b".parse().unwrap());
-        let problem = Refusal {
-            status: 401,
-            code: "invalid_signature",
-            detail: "",
-        };
-        for i in 0..(REJECTED_LOG_SIZE + 5) {
-            let body = format!("{{\"n\": {i}, \"leak\": \"hunter2-secret\"}}");
-            let e = s.entry(
-                Timestamp::now(),
-                Reason::Signature,
-                problem,
-                &h,
-                body.as_bytes(),
-            );
-            s.rejected(e);
-        }
-        let log = s.rejected_log();
-        assert_eq!(log.len(), REJECTED_LOG_SIZE);
-        assert!(log[0].body.starts_with("{\"n\": 1004"), "{}", log[0].body);
-        let shown = serde_json::to_string(&log[0]).unwrap();
-        assert!(!shown.contains("hunter2"), "{shown}");
-        assert!(!shown.contains("Basic abc") && !shown.contains("x-custom-token"));
-        assert_eq!(log[0].headers["x-trace"], "a, b");
-        assert_eq!(s.view_with(None).rejected, (REJECTED_LOG_SIZE + 5) as u64);
-    }
-
-    #[test]
-    fn the_body_preview_is_cut_at_one_kilobyte() {
-        let s = source("kind = \"none\"");
-        let problem = Refusal {
-            status: 400,
-            code: "invalid_body",
-            detail: "x",
-        };
-        let body = "é".repeat(2000);
-        let e = s.entry(
-            Timestamp::now(),
-            Reason::Other,
-            problem,
-            &HeaderMap::new(),
-            body.as_bytes(),
-        );
-        assert_eq!(e.body_bytes, 4000);
-        assert!(e.body.len() <= BODY_PREVIEW_BYTES + 3);
     }
 }

@@ -15,6 +15,7 @@ pub(crate) mod live;
 pub mod manifest;
 pub(crate) mod presets;
 pub(crate) mod pull;
+pub mod rejected;
 pub(crate) mod verify;
 
 use crate::config::Secret;

@@ -14,6 +14,7 @@ pub mod overview;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod pull;
+pub mod rejected;
 mod rows;
 pub mod sqlite;
 

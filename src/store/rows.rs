@@ -38,6 +38,8 @@ pub(super) trait RowExt {
     fn opt_int(&self, col: &str) -> Result<Option<i64>, StoreError>;
     /// A nullable 64-bit INTEGER column (`bigint` on PostgreSQL).
     fn opt_big(&self, col: &str) -> Result<Option<i64>, StoreError>;
+    /// A BLOB (`bytea`) column.
+    fn blob(&self, col: &str) -> Result<Vec<u8>, StoreError>;
     /// A boolean column.
     fn flag(&self, col: &str) -> Result<bool, StoreError>;
     /// A uuid column.

@@ -566,3 +566,88 @@ fn a_test_event_sent_from_the_console_goes_through_intake_and_opens() {
         after.text
     );
 }
+
+/// The sources page lists a source's rejected requests with a retry form (with
+/// `csrf`); once the secret is fixed, retrying ingests the request and empties
+/// the log; a forged form changes nothing.
+#[test]
+fn a_rejected_request_is_retried_from_the_sources_page() {
+    use hmac::{Hmac, KeyInit, Mac};
+    let dir = new_dir();
+    write(
+        dir.path(),
+        "sources/gh.toml",
+        "kind = \"github\"\nsecret_env = \"GH\"\n",
+    );
+    let sources = dir
+        .path()
+        .join("sources")
+        .to_str()
+        .expect("utf-8")
+        .to_owned();
+    let start = |secret: &str| {
+        let env = [
+            ("SOURCES_DIR", sources.as_str()),
+            ("GH", secret),
+            ("ADMIN_TOKEN", TOKEN),
+        ];
+        Hookbox::restart(dir.clone(), &env)
+    };
+    let hb = start("the-old-secret");
+    let body = r#"{"zen":"retry me"}"#;
+    let mut mac = <Hmac<sha2::Sha256> as KeyInit>::new_from_slice(b"the-new-secret").expect("key");
+    mac.update(body.as_bytes());
+    let sig: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let sig = format!("sha256={sig}");
+    let headers = [
+        ("x-github-event", "ping"),
+        ("x-github-delivery", "d-1"),
+        ("x-hub-signature-256", sig.as_str()),
+    ];
+    assert_eq!(
+        hb.post_raw("/ingest/gh", body, "application/json", &headers)
+            .status,
+        401
+    );
+    drop(hb);
+    let hb = start("the-new-secret");
+    let cookie = log_in(&hb);
+    let page = get(&hb, "/console/sources", Some(&cookie));
+    assert!(
+        page.text.contains("retry me") && page.text.contains("Retry all"),
+        "{}",
+        page.text
+    );
+    let token = csrf_in(&page.text);
+    let listing = |hb: &Hookbox| {
+        let auth = format!("Bearer {TOKEN}");
+        hb.call(
+            "GET",
+            "/sources/gh/rejected",
+            None,
+            &[("authorization", &auth)],
+        )
+        .json()["items"]
+            .clone()
+    };
+    let id = listing(&hb)[0]["id"].as_str().expect("id").to_owned();
+    let action = "/console/sources/gh/rejected/retry";
+    let forged = post_form(
+        &hb,
+        action,
+        Some(&cookie),
+        &[("csrf", "forged"), ("id", &id)],
+    );
+    assert_eq!(forged.status, 403);
+    assert_eq!(listing(&hb).as_array().expect("items").len(), 1);
+    let done = post_form(&hb, action, Some(&cookie), &[("csrf", &token), ("id", &id)]);
+    assert_eq!(done.status, 303, "{}", done.text);
+    assert_eq!(listing(&hb).as_array().expect("items").len(), 0);
+    let page = get(&hb, "/console/sources", Some(&cookie)).text;
+    assert!(page.contains("ingested"), "the flash says so: {page}");
+}

@@ -930,3 +930,89 @@ fn handshakes_are_answered_once_verified_and_other_kinds_verify() {
     // Only the two events were stored: no handshake.
     assert_eq!(admin_listing(&hb).len(), 2);
 }
+
+on_both_backends! {
+    /// The durable rejected log: requests signed with a secret the source does not
+    /// know yet survive kill -9; once the secret is fixed, a retry verifies each
+    /// one as of when it came (its timestamp older than the tolerance by then) and
+    /// ingests it; what passes leaves the log, a redelivery as a duplicate, and the
+    /// unsigned junk stays.
+    fn rejected_requests_survive_a_crash_and_pass_once_the_secret_is_fixed(db: &Db) {
+        let dir = new_dir();
+        write(
+            dir.path(),
+            "sources/stripe.toml",
+            "kind = \"stripe\"\nsecret_env = \"STRIPE\"\ntolerance = \"2s\"",
+        );
+        let sources_dir = dir.path().join("sources").to_str().unwrap().to_owned();
+        let env = |secret: &'static str| {
+            db.env(&[("STRIPE", secret), ("SOURCES_DIR", sources_dir.as_str())])
+        };
+        let hb = Hookbox::restart(dir.clone(), &env(OLD));
+        let signed: Vec<Signed> = ["a1", "a2", "a3"]
+            .iter()
+            .map(|id| sign("stripe", NEW, now(), id, &body_for("stripe", id, 1)))
+            .collect();
+        for s in &signed {
+            post(&hb, "stripe", s).assert_problem(401, "invalid_signature");
+        }
+        let junk = Signed { headers: Vec::new(), ..sign("stripe", NEW, now(), "j", &body_for("stripe", "j", 1)) };
+        post(&hb, "stripe", &junk).assert_problem(401, "invalid_signature");
+        let dir = hb.kill9();
+        std::thread::sleep(Duration::from_secs(3)); // past the tolerance
+        let hb = Hookbox::restart(dir, &env(NEW));
+
+        let items = hb.get("/sources/stripe/rejected").unwrap().json()["items"].as_array().unwrap().clone();
+        assert_eq!(items.len(), 4, "{items:?}");
+        let a1 = items.iter().find(|i| i["body"].as_str().unwrap().contains("\"a1\"")).unwrap();
+        assert_eq!(a1["reason"], "signature");
+        assert_eq!(a1["retryable"], true);
+        assert!(a1["received_at"].is_string() && a1["detail"].is_string());
+        assert!(a1["headers"]["stripe-signature"].as_str().unwrap().starts_with("t="), "{a1}");
+        let one = |id: &str| hb.call("POST", &format!("/sources/stripe/rejected/{id}/retry"), None, &[]);
+
+        let r = one(a1["id"].as_str().unwrap());
+        assert_eq!(r.status, 202, "{}", r.text);
+        assert_eq!(r.json()["event_type"], "stripe.charge.succeeded");
+        one(a1["id"].as_str().unwrap()).assert_problem(404, "not_found");
+        one("not-an-id").assert_problem(404, "not_found");
+        // The sender redelivers a2 itself (signed anew): the retry finds it stored.
+        assert_eq!(post(&hb, "stripe", &sign("stripe", NEW, now(), "a2", &body_for("stripe", "a2", 1))).status, 202);
+        let all = hb.call("POST", "/sources/stripe/rejected/retry", None, &[]);
+        assert_eq!(all.status, 200, "{}", all.text);
+        assert_eq!(all.json(), json!({"accepted": 1, "duplicates": 1, "still_rejected": 1}));
+        let left = hb.get("/sources/stripe/rejected").unwrap().json()["items"].clone();
+        assert_eq!(left.as_array().unwrap().len(), 1, "{left}");
+        assert_eq!(left[0]["reason"], "signature");
+        assert_eq!(admin_listing(&hb).len(), 3);
+        hb.call("POST", "/sources/nope/rejected/retry", None, &[]).assert_problem(404, "not_found");
+    }
+}
+
+/// A `token` source's proof is its secret: kept as `[redacted]`, so the entry
+/// cannot be verified again (409 `not_retryable`).
+#[test]
+fn a_token_sources_rejected_requests_keep_no_credential_and_are_not_retryable() {
+    let hb = start(&Db::sqlite(), &[]);
+    post(
+        &hb,
+        "tok",
+        &sign("tok", WRONG, now(), "-", &body_for("tok", "-", 1)),
+    )
+    .assert_problem(401, "invalid_signature");
+    let log = hb.get("/sources/tok/rejected").unwrap();
+    assert!(!log.text.contains(WRONG), "{}", log.text);
+    let item = &log.json()["items"][0];
+    assert_eq!(item["headers"]["authorization"], "[redacted]");
+    assert_eq!(item["retryable"], false);
+    hb.call(
+        "POST",
+        &format!(
+            "/sources/tok/rejected/{}/retry",
+            item["id"].as_str().unwrap()
+        ),
+        None,
+        &[],
+    )
+    .assert_problem(409, "not_retryable");
+}

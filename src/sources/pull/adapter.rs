@@ -214,13 +214,13 @@ impl Adapter {
         };
         session.cursor = cursor;
         session.version += 1;
-        self.count(results, texts, refused);
+        self.count(results, texts, refused).await;
         self.status().committed(last_emitted);
         Ok(Committed::Done)
     }
 
     /// Counts a committed batch's items in the source's counters and metrics.
-    fn count(
+    async fn count(
         &self,
         outcomes: Vec<Outcome>,
         texts: Vec<String>,
@@ -236,7 +236,8 @@ impl Adapter {
                         event.idempotency_key
                     );
                     self.live
-                        .refused_item("idempotency_key_reused", detail, &text);
+                        .refused_item("idempotency_key_reused", detail, &text)
+                        .await;
                 }
                 Outcome::Refused(refusal) => {
                     let code = match refusal {
@@ -244,12 +245,14 @@ impl Adapter {
                         Refusal::KeyOfSource { .. } => "invalid_idempotency_key",
                         Refusal::Draining => "unavailable",
                     };
-                    self.live.refused_item(code, refusal.to_string(), &text);
+                    self.live
+                        .refused_item(code, refusal.to_string(), &text)
+                        .await;
                 }
             }
         }
         for (code, detail, text) in refused {
-            self.live.refused_item(code, detail, &text);
+            self.live.refused_item(code, detail, &text).await;
         }
     }
 }

@@ -20,6 +20,7 @@ mod intake;
 mod listen;
 mod overview;
 mod pull;
+mod rejected;
 mod rows;
 #[cfg(test)]
 pub(crate) mod tests;

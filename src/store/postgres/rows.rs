@@ -47,6 +47,10 @@ impl RowExt for PgRow {
         Ok(self.try_get::<Option<i64>, _>(col)?)
     }
 
+    fn blob(&self, col: &str) -> Result<Vec<u8>, StoreError> {
+        Ok(self.try_get(col)?)
+    }
+
     fn flag(&self, col: &str) -> Result<bool, StoreError> {
         Ok(self.try_get(col)?)
     }

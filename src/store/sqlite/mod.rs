@@ -16,6 +16,7 @@ mod due;
 mod overview;
 mod pull;
 mod recent;
+mod rejected;
 mod rows;
 mod writer;
 

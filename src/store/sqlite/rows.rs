@@ -39,6 +39,10 @@ impl RowExt for SqliteRow {
         Ok(self.try_get(col)?)
     }
 
+    fn blob(&self, col: &str) -> Result<Vec<u8>, StoreError> {
+        Ok(self.try_get(col)?)
+    }
+
     fn flag(&self, col: &str) -> Result<bool, StoreError> {
         Ok(self.try_get(col)?)
     }
