@@ -205,6 +205,7 @@ pub(crate) fn preset(kind: &str, tolerance: Option<Duration>, url: Option<&str>)
                     StampFormat::UnixMs,
                 ),
                 url: url.map(str::to_owned),
+                otherwise: Some(Box::new(hubspot_v2(url))),
                 ..body("x-hubspot-signature-v3", Sha256, Base64, "")
             },
             ptr("/subscriptionType"),
@@ -231,6 +232,33 @@ pub(crate) fn preset(kind: &str, tolerance: Option<Duration>, url: Option<&str>)
         delivery_id,
         split,
     })
+}
+
+/// HubSpot's older signatures, for apps that still send them: v2, a SHA-256 hex
+/// digest of `{secret}{method}{url}{body}`, else v1, of `{secret}{body}` — both in
+/// `X-HubSpot-Signature`, told apart by `X-HubSpot-Signature-Version`. Neither
+/// signs a timestamp (HubSpot's v3 does).
+fn hubspot_v2(url: Option<&str>) -> Scheme {
+    let version = |v: &'static str| Some((h("x-hubspot-signature-version"), v));
+    let digest = || {
+        Scheme::body(
+            h("x-hubspot-signature"),
+            Algorithm::SecretSha256,
+            Encoding::Hex,
+            "",
+        )
+    };
+    let v1 = Scheme {
+        only_if: version("v1"),
+        ..digest()
+    };
+    Scheme {
+        signed: vec![Part::Method, Part::Url, Part::Body],
+        url: url.map(str::to_owned),
+        only_if: version("v2"),
+        otherwise: Some(Box::new(v1)),
+        ..digest()
+    }
 }
 
 #[cfg(test)]

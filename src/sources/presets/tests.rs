@@ -207,8 +207,109 @@ fn the_url_signing_kinds_sign_the_public_url() {
     }
 }
 
-/// HubSpot's documented v3 example values are not published with a secret we
-/// can use; its batch default is checked here instead: a HubSpot source splits.
+/// Verifies a request to a `public_url` source of `kind` with `secret`.
+fn published(kind: &str, url: &str, secret: &str, headers: &[(&str, &str)], body: &str) -> bool {
+    let p = preset(kind, None, Some(url)).expect(kind);
+    let mut h = HeaderMap::new();
+    for (k, v) in headers {
+        h.insert(
+            http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            v.parse().unwrap(),
+        );
+    }
+    let req = Incoming {
+        headers: &h,
+        body: body.as_bytes(),
+        now: NOW,
+    };
+    p.verifier.verify(&req, &[Secret::new(secret)]).is_ok()
+}
+
+/// HubSpot's published v1 and v2 examples (its "Validating the v1/v2 request
+/// signature" pages): a SHA-256 of secret + body, and of secret + method + URI +
+/// body, told apart by `X-HubSpot-Signature-Version`.
+#[test]
+fn hubspots_published_v1_and_v2_vectors_verify() {
+    let secret = "yyyyyyyy-yyyy-yyyy-yyyy-yyyyyyyyyyyy";
+    let v1_body = r#"[{"eventId":1,"subscriptionId":12345,"portalId":62515,"occurredAt":1564113600000,"subscriptionType":"contact.creation","attemptNumber":0,"objectId":123,"changeSource":"CRM","changeFlag":"NEW","appId":54321}]"#;
+    let v1 = "232db2615f3d666fe21a8ec971ac7b5402d33b9a925784df3ca654d05f4817de";
+    let url = "https://www.example.com/webhook_uri";
+    let headers = |version: &'static str, sig: &'static str| {
+        vec![
+            ("x-hubspot-signature-version", version),
+            ("x-hubspot-signature", sig),
+        ]
+    };
+    assert!(published(
+        "hubspot",
+        url,
+        secret,
+        &headers("v1", v1),
+        v1_body
+    ));
+    assert!(
+        !published("hubspot", url, secret, &headers("v2", v1), v1_body),
+        "v1 read as v2"
+    );
+    assert!(!published(
+        "hubspot",
+        url,
+        "another",
+        &headers("v1", v1),
+        v1_body
+    ));
+    let v2_body = r#"{"example_field":"example_value"}"#;
+    let v2 = "9569219f8ba981ffa6f6f16aa0f48637d35d728c7e4d93d0d52efaa512af7900";
+    assert!(published(
+        "hubspot",
+        url,
+        secret,
+        &headers("v2", v2),
+        v2_body
+    ));
+    assert!(!published(
+        "hubspot",
+        "https://www.example.com/other",
+        secret,
+        &headers("v2", v2),
+        v2_body
+    ));
+    assert!(!published("hubspot", url, secret, &headers("v2", v2), "{}"));
+}
+
+/// Square's published example ("Validate notifications"): key `asdf1234`, URL
+/// `https://example.com/webhook`, body `{"hello":"world"}`.
+#[test]
+fn squares_published_vector_verifies() {
+    let sig = [(
+        "x-square-hmacsha256-signature",
+        "2kRE5qRU2tR+tBGlDwMEw2avJ7QM4ikPYD/PJ3bd9Og=",
+    )];
+    let url = "https://example.com/webhook";
+    assert!(published(
+        "square",
+        url,
+        "asdf1234",
+        &sig,
+        r#"{"hello":"world"}"#
+    ));
+    assert!(!published(
+        "square",
+        url,
+        "asdf1234",
+        &sig,
+        r#"{"hello":"World"}"#
+    ));
+    assert!(!published(
+        "square",
+        "https://example.com/webhook2",
+        "asdf1234",
+        &sig,
+        r#"{"hello":"world"}"#
+    ));
+}
+
+/// HubSpot's batch default: a HubSpot source splits.
 #[test]
 fn hubspot_splits_by_default() {
     let p = preset("hubspot", None, Some(URL)).unwrap();

@@ -128,6 +128,12 @@ pub(crate) struct Scheme {
     pub timestamp: Option<Stamp>,
     /// The URL the provider was given (`public_url`), for `{url}`.
     pub url: Option<String>,
+    /// Applies only when this header has this value (a provider's signature
+    /// version: `X-HubSpot-Signature-Version: v2`).
+    pub only_if: Option<(HeaderName, &'static str)>,
+    /// The older scheme tried when this one does not apply (its header absent, or
+    /// `only_if` not met): a provider that signs with several versions.
+    pub otherwise: Option<Box<Scheme>>,
 }
 
 impl Scheme {
@@ -147,11 +153,28 @@ impl Scheme {
             signed: vec![Part::Body],
             timestamp: None,
             url: None,
+            only_if: None,
+            otherwise: None,
         }
+    }
+
+    /// Whether the request carries this scheme's signature.
+    fn applies(&self, req: &Incoming<'_>) -> bool {
+        let present = req
+            .header(self.header.as_str())
+            .is_some_and(|v| !v.trim().is_empty());
+        present
+            && self.only_if.as_ref().is_none_or(|(h, want)| {
+                req.header(h.as_str())
+                    .is_some_and(|v| v.trim().eq_ignore_ascii_case(want))
+            })
     }
 
     /// Verifies the signature against every secret, then the timestamp.
     pub(crate) fn verify(&self, req: &Incoming<'_>, secrets: &[Secret]) -> Result<(), Rejection> {
+        if let Some(older) = self.otherwise.as_ref().filter(|_| !self.applies(req)) {
+            return older.verify(req, secrets);
+        }
         let name = self.header.as_str();
         let Some(value) = req.header(name).filter(|v| !v.trim().is_empty()) else {
             return Err(Rejection::Missing(name.to_owned()));

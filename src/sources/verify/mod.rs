@@ -93,6 +93,9 @@ pub(crate) enum Algorithm {
     Sha256,
     /// HMAC-SHA512.
     Sha512,
+    /// A plain SHA-256 of the secret followed by the signed string (not an HMAC:
+    /// HubSpot's v1 and v2 signatures).
+    SecretSha256,
 }
 
 /// How a generic `hmac` source's signature is written.
@@ -218,6 +221,14 @@ pub(crate) fn mac(algorithm: Algorithm, key: &[u8], parts: &[&[u8]]) -> Vec<u8> 
         Algorithm::Sha1 => run::<Hmac<Sha1>>(key, parts),
         Algorithm::Sha256 => run::<Hmac<Sha256>>(key, parts),
         Algorithm::Sha512 => run::<Hmac<Sha512>>(key, parts),
+        Algorithm::SecretSha256 => {
+            let mut digest = <Sha256 as sha2::Digest>::new();
+            sha2::Digest::update(&mut digest, key);
+            for p in parts {
+                sha2::Digest::update(&mut digest, p);
+            }
+            sha2::Digest::finalize(digest).to_vec()
+        }
     }
 }
 

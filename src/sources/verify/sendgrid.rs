@@ -107,4 +107,50 @@ mod tests {
         assert_eq!(verify(&late, &keys, tol).unwrap_err().reason(), "timestamp");
         assert!(super::keys("bm9wZQ==").is_err());
     }
+
+    /// Verifies `body` as SendGrid sent it, with its published key and signature.
+    fn published(key: &str, signature: &str, ts: &str, body: &[u8]) -> Result<(), Rejection> {
+        let mut h = http::HeaderMap::new();
+        h.insert(TIMESTAMP, ts.parse().unwrap());
+        h.insert(SIGNATURE, signature.parse().unwrap());
+        let req = Incoming {
+            headers: &h,
+            body,
+            now: ts.parse().unwrap(),
+        };
+        verify(&req, &keys(key).unwrap(), Some(Duration::from_secs(300)))
+    }
+
+    /// SendGrid's published vectors (its libraries' test suites): the first
+    /// signs a compact object; the second a real event batch as SendGrid posts it,
+    /// which verifies only with the body's trailing CRLF.
+    #[test]
+    fn sendgrids_published_vectors_verify() {
+        let first = published(
+            "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEEDr2LjtURuePQzplybdC+u4CwrqDqBaWjcMMsTbhdbcwHBcepxo7yAQGhHPTnlvFYPAZFceEu/1FwCM/QmGUhA==",
+            "MEUCIQCtIHJeH93Y+qpYeWrySphQgpNGNr/U+UyUlBkU6n7RAwIgJTz2C+8a8xonZGi6BpSzoQsbVRamr2nlxFDWYNH2j/0=",
+            "1588788367",
+            br#"{"category":"example_payload","event":"test_event","message_id":"message_id"}"#,
+        );
+        assert_eq!(first, Ok(()));
+        let key = "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE83T4O/n84iotIvIW4mdBgQ/7dAfSmpqIM8kF9mN1flpVKS3GRqe62gw+2fNNRaINXvVpiglSI8eNEc6wEA3F+g==";
+        let sig = "MEUCIGHQVtGj+Y3LkG9fLcxf3qfI10QysgDWmMOVmxG0u6ZUAiEAyBiXDWzM+uOe5W0JuG+luQAbPIqHh89M15TluLtEZtM=";
+        let batch = concat!(
+            r#"[{"email":"hello@world.com","event":"dropped","reason":"Bounced Address","#,
+            r#""sg_event_id":"ZHJvcC0xMDk5NDkxOS1MUnpYbF9OSFN0T0doUTRrb2ZTbV9BLTA","#,
+            r#""sg_message_id":"LRzXl_NHStOGhQ4kofSm_A.filterdrecv-p3mdw1-756b745b58-kmzbl-18-5F5FC76C-9.0","#,
+            r#""smtp-id":"<LRzXl_NHStOGhQ4kofSm_A@ismtpd0039p1iad1.sendgrid.net>","timestamp":1600112492}]"#,
+            "\r\n"
+        );
+        assert_eq!(published(key, sig, "1600112502", batch.as_bytes()), Ok(()));
+        let trimmed = batch.trim_end().as_bytes();
+        assert!(
+            published(key, sig, "1600112502", trimmed).is_err(),
+            "without the CRLF"
+        );
+        assert!(
+            published(key, sig, "1600112503", batch.as_bytes()).is_err(),
+            "another timestamp"
+        );
+    }
 }
