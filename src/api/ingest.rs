@@ -338,7 +338,7 @@ fn identify_event(
     let s = &source.source;
     let invalid = |e: identify::BodyError| Problem::invalid_body(e.to_string());
     let mut payload = identify::payload(headers, body).map_err(invalid)?;
-    if matches!(s.verifier, Verifier::Slack { .. }) && identify::is_form(headers) {
+    if s.kind == "slack" && identify::is_form(headers) {
         payload = identify::slack_interaction(payload).map_err(invalid)?;
     }
     if let Some(answer) = handshake(source, &payload) {
@@ -374,7 +374,7 @@ fn handshake(source: &LiveSource, payload: &str) -> Option<Value> {
     let s = &source.source;
     let at = |pointer: &str| json::pointer(payload, pointer);
     match &s.verifier {
-        Verifier::Slack { .. } if at("/type") == Some("\"url_verification\"") => {
+        Verifier::Hmac(_) if s.kind == "slack" && at("/type") == Some("\"url_verification\"") => {
             let challenge = at("/challenge")
                 .and_then(|c| serde_json::from_str(c).ok())
                 .unwrap_or(Value::Null);

@@ -481,22 +481,22 @@ fn kind(
     }
     Ok(match m.kind.as_str() {
         "github" => (
-            Verifier::Github,
+            Verifier::Hmac(verify::github::scheme()),
             header("x-github-event"),
             header("x-github-delivery"),
         ),
         "stripe" => (
-            Verifier::Stripe { tolerance },
+            Verifier::Hmac(verify::stripe::scheme(tolerance)),
             body_type(),
             Pointer("/id".into()),
         ),
         "shopify" => (
-            Verifier::Shopify,
+            Verifier::Hmac(verify::shopify::scheme()),
             header("x-shopify-topic"),
             header("x-shopify-webhook-id"),
         ),
         "slack" => (
-            Verifier::Slack { tolerance },
+            Verifier::Hmac(verify::slack::scheme(tolerance)),
             FirstOf(vec![
                 Pointer("/event/type".into()),
                 body_type(),
@@ -798,7 +798,10 @@ mod tests {
             ("gh-prod", "github.")
         );
         let off = load("kind = \"stripe\"\nsecret_env = \"S\"\ntolerance = \"0s\"").expect("valid");
-        assert!(matches!(off.verifier, Verifier::Stripe { tolerance: None }));
+        let Verifier::Hmac(scheme) = &off.verifier else {
+            panic!("stripe is an HMAC scheme")
+        };
+        assert_eq!(scheme.timestamp.as_ref().map(|s| s.tolerance), Some(None));
         assert_eq!(
             field("kind = \"stripe\"\nsecret_env = \"S\"\ntolerance = \"31d\""),
             "tolerance"

@@ -4,27 +4,30 @@
 //! `X-GitHub-Delivery` header (a redelivery keeps its id).
 
 use super::hmac::Scheme;
-use super::{Algorithm, Encoding, Incoming, Rejection};
-use crate::config::Secret;
+use super::{Algorithm, Encoding};
 
 /// The signature header.
 pub(crate) const SIGNATURE: &str = "x-hub-signature-256";
 
-/// Verifies the body's signature against every secret: GitHub's scheme is the
-/// generic HMAC one with these settings.
-pub(crate) fn verify(req: &Incoming<'_>, secrets: &[Secret]) -> Result<(), Rejection> {
+/// The scheme in the engine's terms: the generic HMAC one over the body.
+pub(crate) fn scheme() -> Scheme {
     Scheme::body(
         http::HeaderName::from_static(SIGNATURE),
         Algorithm::Sha256,
         Encoding::Hex,
         "sha256=",
     )
-    .verify(req, secrets)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Secret;
+    use crate::sources::verify::{Incoming, Rejection};
+
+    fn verify(req: &Incoming<'_>, secrets: &[Secret]) -> Result<(), Rejection> {
+        scheme().verify(req, secrets)
+    }
 
     fn incoming<'a>(headers: &'a http::HeaderMap, body: &'a [u8]) -> Incoming<'a> {
         Incoming {

@@ -4,27 +4,30 @@
 //! id the `X-Shopify-Webhook-Id` header.
 
 use super::hmac::Scheme;
-use super::{Algorithm, Encoding, Incoming, Rejection};
-use crate::config::Secret;
+use super::{Algorithm, Encoding};
 
 /// The signature header.
 pub(crate) const SIGNATURE: &str = "x-shopify-hmac-sha256";
 
-/// Verifies the body's signature against every secret: Shopify's scheme is the
-/// generic HMAC one with these settings.
-pub(crate) fn verify(req: &Incoming<'_>, secrets: &[Secret]) -> Result<(), Rejection> {
+/// The scheme in the engine's terms: the generic HMAC one over the body.
+pub(crate) fn scheme() -> Scheme {
     Scheme::body(
         http::HeaderName::from_static(SIGNATURE),
         Algorithm::Sha256,
         Encoding::Base64,
         "",
     )
-    .verify(req, secrets)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Secret;
+    use crate::sources::verify::{Incoming, Rejection};
+
+    fn verify(req: &Incoming<'_>, secrets: &[Secret]) -> Result<(), Rejection> {
+        scheme().verify(req, secrets)
+    }
 
     /// Expected value from Python:
     /// base64.b64encode(hmac.new(b"shpss_secret", BODY, hashlib.sha256).digest())

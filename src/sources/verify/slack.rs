@@ -8,38 +8,51 @@
 
 use std::time::Duration;
 
-use super::{Algorithm, Incoming, Rejection, any_matches, check_timestamp, from_hex};
-use crate::config::Secret;
+use super::hmac::{Part, Scheme, Stamp, StampAt, StampFormat};
+use super::{Algorithm, Encoding};
 
 /// The signature header.
 pub(crate) const SIGNATURE: &str = "x-slack-signature";
 /// The signed timestamp's header.
 pub(crate) const TIMESTAMP: &str = "x-slack-request-timestamp";
 
-/// Verifies the timestamp and signature against every secret.
-pub(crate) fn verify(
-    req: &Incoming<'_>,
-    secrets: &[Secret],
-    tolerance: Option<Duration>,
-) -> Result<(), Rejection> {
-    let header = req.require(SIGNATURE)?;
-    let ts = req.require(TIMESTAMP)?.trim();
-    let hex = header
-        .trim()
-        .strip_prefix("v0=")
-        .ok_or_else(|| Rejection::Malformed(format!("{SIGNATURE} must start with v0=")))?;
-    let given = from_hex(hex)
-        .ok_or_else(|| Rejection::Malformed(format!("{SIGNATURE} is not hex after v0=")))?;
-    let signed: [&[u8]; 4] = [b"v0:", ts.as_bytes(), b":", req.body];
-    if !any_matches(Algorithm::Sha256, secrets, &signed, &[given]) {
-        return Err(Rejection::Mismatch(SIGNATURE.into()));
+/// Slack's scheme in the engine's terms: `v0=` and hex, over `v0:{ts}:{body}`,
+/// the timestamp header held to `tolerance`.
+pub(crate) fn scheme(tolerance: Option<Duration>) -> Scheme {
+    Scheme {
+        signed: vec![
+            Part::Text("v0:".into()),
+            Part::Timestamp,
+            Part::Text(":".into()),
+            Part::Body,
+        ],
+        timestamp: Some(Stamp {
+            at: StampAt::Header(http::HeaderName::from_static(TIMESTAMP)),
+            format: StampFormat::Unix,
+            tolerance,
+        }),
+        ..Scheme::body(
+            http::HeaderName::from_static(SIGNATURE),
+            Algorithm::Sha256,
+            Encoding::Hex,
+            "v0=",
+        )
     }
-    check_timestamp(ts, req.now, tolerance).map(drop)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Secret;
+    use crate::sources::verify::{Incoming, Rejection};
+
+    fn verify(
+        req: &Incoming<'_>,
+        secrets: &[Secret],
+        tolerance: Option<Duration>,
+    ) -> Result<(), Rejection> {
+        scheme(tolerance).verify(req, secrets)
+    }
 
     /// The worked example of Slack's "Verifying requests from Slack" page.
     #[test]
