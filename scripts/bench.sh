@@ -9,7 +9,8 @@
 #   scripts/bench.sh deliver --events 20000             # HTTP delivery, fan-out 2.5
 #   SQLITE_SYNCHRONOUS=normal WORKER_COUNT=32 scripts/bench.sh
 #   scripts/bench.sh ingest --source github             # a signed GitHub source
-#   scripts/bench.sh sources --duration 10s             # both, interleaved, 3 each
+#   scripts/bench.sh sources --duration 10s             # /webhooks and 3 source kinds,
+#                                                     # interleaved, 3 rounds
 #   BENCH_BIN_DIR=/tmp/before scripts/bench.sh e2e --events 50000   # no build: A/B runs
 #   scripts/bench.sh storm --duration 10s --connections 64   # retry storm: 1,000 known
 #                                                     # keys vs new keys, one run
@@ -23,11 +24,13 @@
 # script adds --url itself. hookbox runs on 127.0.0.1:$BENCH_PORT (default: a
 # free port) with a fresh SQLite database and an empty handlers directory in a
 # temporary directory that is removed afterwards (with one no-op `log` handler
-# for `bench.e2e` events) and one source, `github` (kind github, its secret
-# bench-github-secret, which loadgen signs with by default). `sources` runs
-# `ingest` and `ingest --source github` alternately, three times each, on the
-# one instance (so both figures come from one run; the machine may be noisy),
-# passing the other arguments to each. `storm` seeds 1,000 keys (`--keys`), posts
+# for `bench.e2e` events) and three sources: `github` (kind github, its secret
+# bench-github-secret, which loadgen signs with by default), `discord` (ed25519)
+# and `sendgrid` (ECDSA P-256), whose keys are loadgen's (`loadgen source-keys`).
+# `sources` runs `ingest` (to /webhooks) and `ingest --source` for each of the
+# three kinds in turn, three rounds, on the one instance (so every figure comes
+# from one run; the machine may be noisy), passing the other arguments to each,
+# and ends with a table of each mode's req/s per round and its median. `storm` seeds 1,000 keys (`--keys`), posts
 # new keys for `--duration`, then re-posts the known keys for `--duration` and
 # prints both rates and their ratio. `recovery --pending N` starts hookbox with
 # WORKER_COUNT=0 (and QUEUE_MAXSIZE=2N unless set), fills N pending events with
@@ -86,6 +89,18 @@ cat >"$workdir/sources/github.toml" <<'TOML'
 kind = "github"
 secret_env = "BENCH_GITHUB_SECRET"
 TOML
+# The public-key kinds, verified with loadgen's fixed keys.
+cat >"$workdir/sources/discord.toml" <<'TOML'
+kind = "discord"
+secret_env = "BENCH_DISCORD_KEY"
+TOML
+cat >"$workdir/sources/sendgrid.toml" <<'TOML'
+kind = "sendgrid"
+secret_env = "BENCH_SENDGRID_KEY"
+TOML
+while IFS='=' read -r name value; do
+    export "$name=$value"
+done < <("$bin_dir/loadgen" source-keys)
 log="$workdir/hookbox.log"
 hookbox_pid=""
 
@@ -188,12 +203,27 @@ fi
 
 if [[ "$1" == sources ]]; then
     shift
+    modes=("/webhooks" github discord sendgrid)
+    declare -A rates
     for round in 1 2 3; do
-        for mode in "" "--source github"; do
-            echo "bench.sh: round $round: ingest $mode" >&2
-            # shellcheck disable=SC2086
-            "$bin_dir/loadgen" ingest $mode "$@"
+        for mode in "${modes[@]}"; do
+            args=()
+            [[ "$mode" != /webhooks ]] && args=(--source "$mode" --kind "$mode")
+            echo "bench.sh: round $round: ingest ${args[*]}" >&2
+            out="$("$bin_dir/loadgen" ingest "${args[@]}" "$@")"
+            echo "$out"
+            # The table is a header line and a value line: req/s is the value under it.
+            rates["$mode,$round"]="$(awk 'NR == 1 { at = index($0, "req/s") }
+                NR == 2 { split(substr($0, at), v, " "); print v[1] }' <<<"$out")"
         done
+    done
+    printf '%-10s %10s %10s %10s %10s %10s\n' mode "round 1" "round 2" "round 3" median "vs /webhooks"
+    base=""
+    for mode in "${modes[@]}"; do
+        median="$(printf '%s\n' "${rates[$mode,1]}" "${rates[$mode,2]}" "${rates[$mode,3]}" | sort -g | sed -n 2p)"
+        [[ -z "$base" ]] && base="$median"
+        printf '%-10s %10s %10s %10s %10s %9.0f%%\n' "$mode" "${rates[$mode,1]}" "${rates[$mode,2]}" \
+            "${rates[$mode,3]}" "$median" "$(awk -v m="$median" -v b="$base" 'BEGIN { print 100 * m / b }')"
     done
     exit 0
 fi

@@ -38,6 +38,9 @@ pub(crate) enum Command {
     /// N subscribers rate-limited to R/s each: deliveries per second in all, and
     /// the most any one got in one second.
     Rate(RateArgs),
+    /// Print the public keys loadgen signs Discord and SendGrid requests with, as
+    /// `BENCH_DISCORD_KEY=…` and `BENCH_SENDGRID_KEY=…` lines.
+    SourceKeys,
 }
 
 /// Options of `isolation`.
@@ -108,12 +111,21 @@ pub(crate) struct IngestArgs {
     /// `event_type` of the posted events.
     #[arg(long, default_value = "bench.ingest")]
     pub(crate) event_type: String,
-    /// Post to `POST /ingest/<SOURCE>` as GitHub would instead of to `/webhooks`:
-    /// the payload as the body, `X-GitHub-Event: ingest`, a unique
-    /// `X-GitHub-Delivery` per request and `X-Hub-Signature-256` (HMAC-SHA256 of
-    /// the body under `--secret`). The source must be `kind = "github"`.
+    /// Post to `POST /ingest/<SOURCE>` as its provider (`--kind`) would instead of
+    /// to `/webhooks`. `github`: the payload as the body, `X-GitHub-Event: ingest`, a
+    /// unique `X-GitHub-Delivery` per request and `X-Hub-Signature-256` (HMAC-SHA256
+    /// of the body under `--secret`). `discord` (ed25519) and `sendgrid` (ECDSA
+    /// P-256): `--requests` bodies, each with its own id, signed before the run
+    /// with loadgen's fixed keys (`loadgen source-keys` prints the public ones).
     #[arg(long)]
     pub(crate) source: Option<String>,
+    /// The source's kind, with `--source`: `github`, `discord` or `sendgrid`.
+    #[arg(long, default_value = "github")]
+    pub(crate) kind: String,
+    /// With `--kind discord` or `sendgrid`: how many requests to sign beforehand
+    /// (the run ends when they are spent, or at `--duration`).
+    #[arg(long, default_value_t = 50_000)]
+    pub(crate) requests: usize,
     /// The source's secret (its `secret_env` value), with `--source`.
     #[arg(
         long,

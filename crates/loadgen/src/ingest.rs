@@ -13,45 +13,67 @@ use crate::progress::{progress_bar, spawn_progress};
 use crate::report::{
     Summary, exit_code, format_micros, non_2xx_total, per_second, print_details, print_table,
 };
-use crate::sources::{github_signature, provider_body};
+use crate::sources::{Provider, github_signature, presign, provider_body};
 
 /// `ingest`: posts for a fixed duration and prints throughput and latency.
 pub(crate) async fn run_ingest(args: IngestArgs) -> Result<ExitCode, BoxError> {
     let target = Arc::new(Target::resolve(&args.common.url).await?);
     check_reachable(&target).await?;
     let run_id = uuid::Uuid::now_v7().to_string();
-    let started = Instant::now();
-    let (path, body, github_signature) = match &args.source {
-        None => (
+    let (path, bodies, provider) = match (&args.source, args.kind.as_str()) {
+        (None, _) => (
             target.path("/webhooks"),
-            event_body(&args.event_type, &run_id, args.common.payload_bytes)?,
-            None,
+            vec![event_body(
+                &args.event_type,
+                &run_id,
+                args.common.payload_bytes,
+            )?],
+            Provider::Intake,
         ),
-        Some(source) => {
+        (Some(source), "github") => {
             let body = provider_body(&run_id, args.common.payload_bytes)?;
             let signature = github_signature(&args.secret, &body)?;
             (
                 target.path(&format!("/ingest/{source}")),
-                body,
-                Some(signature),
+                vec![body],
+                Provider::Github(signature),
+            )
+        }
+        (Some(source), kind) => {
+            let (bodies, headers) =
+                presign(kind, &run_id, args.common.payload_bytes, args.requests)?;
+            (
+                target.path(&format!("/ingest/{source}")),
+                bodies,
+                Provider::Presigned(headers),
             )
         }
     };
     let mode = match &args.source {
         None => "ingest".to_owned(),
-        Some(source) => format!("ingest --source {source}"),
+        Some(source) => format!("ingest --source {source} ({})", args.kind),
     };
+    // Presigned requests are used once each: the run ends when they are spent.
+    let budget = match provider {
+        Provider::Presigned(_) => Budget::Count {
+            total: bodies.len() as u64,
+            deadline: Instant::now() + args.duration,
+            next: AtomicU64::new(0),
+        },
+        _ => Budget::Until {
+            deadline: Instant::now() + args.duration,
+            next: AtomicU64::new(0),
+        },
+    };
+    let started = Instant::now();
     let shared = Arc::new(Shared {
         path,
-        bodies: vec![body],
+        bodies,
         target,
         run_id,
         key_space: None,
-        github_signature,
-        budget: Budget::Until {
-            deadline: started + args.duration,
-            next: AtomicU64::new(0),
-        },
+        provider,
+        budget,
         retry_rejected: false,
         responses: AtomicU64::new(0),
         accepted: AtomicU64::new(0),

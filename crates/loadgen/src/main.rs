@@ -11,7 +11,9 @@
 //!   NAME` it posts to a `kind = "github"` source (`POST /ingest/NAME`) as GitHub
 //!   does: the payload as the body, signed with `--secret` in
 //!   `X-Hub-Signature-256`, a unique `X-GitHub-Delivery` per request — so the cost
-//!   of verifying and identifying a source delivery shows against `/webhooks`.
+//!   of verifying and identifying a source delivery shows against `/webhooks`;
+//!   `--kind discord` or `--kind sendgrid` posts requests signed beforehand with
+//!   ed25519 or ECDSA P-256 instead (the public-key kinds' cost).
 //! - `e2e` posts a fixed number of events (retrying 429/503 answers with the same
 //!   idempotency key), then polls `GET /metrics` until the gauge
 //!   `hookbox_events_pending` is 0 and reports end-to-end events per second.
@@ -96,6 +98,10 @@ async fn main() -> ExitCode {
         Command::Storm(args) => storm::run_storm(args).await,
         Command::Isolation(args) => lanes::run_isolation(args).await,
         Command::Rate(args) => lanes::run_rate(args).await,
+        Command::SourceKeys => sources::source_keys().map(|keys| {
+            print!("{keys}");
+            ExitCode::SUCCESS
+        }),
     };
     match outcome {
         Ok(code) => code,

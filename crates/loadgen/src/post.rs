@@ -8,12 +8,13 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::header::{CONTENT_TYPE, HOST, HeaderValue, RETRY_AFTER};
+use hyper::header::{CONTENT_TYPE, HOST, RETRY_AFTER};
 use hyper::{Method, Request, Response, StatusCode};
 
 use crate::BoxError;
 use crate::conn::{Connection, Target};
 use crate::progress::{Counted, progress_bar, spawn_progress};
+use crate::sources::Provider;
 
 /// Longest wait honoured from a `Retry-After` answer in `e2e` mode.
 pub(crate) const MAX_RETRY_WAIT: Duration = Duration::from_secs(1);
@@ -33,9 +34,8 @@ pub(crate) struct Shared {
     /// `storm`: event `seq` reuses the key of event `seq % key_space` (so every
     /// request repeats one of `key_space` keys); `None`: every key is new.
     pub(crate) key_space: Option<u64>,
-    /// With `ingest --source`: the `X-Hub-Signature-256` of the (one) body; the
-    /// key goes in `X-GitHub-Delivery` instead of `Idempotency-Key`.
-    pub(crate) github_signature: Option<HeaderValue>,
+    /// Where and how it posts: `/webhooks`, or as a provider (`ingest --source`).
+    pub(crate) provider: crate::sources::Provider,
     pub(crate) budget: Budget,
     /// In `e2e` mode: retry 429/503 and failed requests with the same key.
     pub(crate) retry_rejected: bool,
@@ -281,13 +281,19 @@ pub(crate) fn intake_request(
         .uri(shared.path.as_str())
         .header(HOST, shared.target.host.clone())
         .header(CONTENT_TYPE, "application/json");
-    let request = match &shared.github_signature {
-        None => request.header("Idempotency-Key", key),
-        Some(signature) => request
+    let mut request = match &shared.provider {
+        Provider::Intake => request.header("Idempotency-Key", key),
+        Provider::Github(signature) => request
             .header("X-GitHub-Event", "ingest")
             .header("X-GitHub-Delivery", key)
             .header("X-Hub-Signature-256", signature.clone()),
+        Provider::Presigned(_) => request,
     };
+    if let (Provider::Presigned(all), Some(headers)) = (&shared.provider, request.headers_mut()) {
+        if let Some(signed) = all.get(index) {
+            headers.extend(signed.clone());
+        }
+    }
     Ok(request.body(Full::new(body))?)
 }
 
@@ -334,7 +340,7 @@ pub(crate) async fn post_counted(
         target: Arc::clone(target),
         run_id,
         key_space: None,
-        github_signature: None,
+        provider: Provider::Intake,
         budget: Budget::Count {
             total: posting.total,
             deadline: posting.deadline,

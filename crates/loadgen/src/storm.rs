@@ -132,7 +132,7 @@ async fn timed(
         target: Arc::clone(target),
         run_id: prefix,
         key_space,
-        github_signature: None,
+        provider: crate::sources::Provider::Intake,
         budget: Budget::Until {
             deadline: started + args.duration,
             next: AtomicU64::new(0),
