@@ -382,6 +382,9 @@ pub struct Subscriber {
     /// Failing without a success for this long disables it (`"72h"`).
     #[serde(default)]
     pub disable_after: Option<String>,
+    /// Only events matching this filter are delivered (SPEC §12; docs/handlers.md).
+    #[serde(default)]
+    pub filter: Option<serde_json::Value>,
     /// An inactive subscriber gets no new deliveries.
     pub active: bool,
     /// Creation time.

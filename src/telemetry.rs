@@ -28,6 +28,9 @@ pub mod names {
     pub const QUEUE_CAPACITY: &str = "hookbox_queue_capacity";
     /// Counter `{handler,outcome}`; outcome is completed, retry or dead_letter.
     pub const DELIVERIES: &str = "hookbox_deliveries_total";
+    /// Counter, label `destination`: events routed to a handler whose filter did
+    /// not match them (no delivery made).
+    pub const DELIVERIES_FILTERED: &str = "hookbox_deliveries_filtered_total";
     /// Histogram `{handler}` of attempt durations.
     pub const DELIVERY_DURATION: &str = "hookbox_delivery_duration_seconds";
     /// Gauge: events not yet terminal.
@@ -132,6 +135,10 @@ pub fn describe() {
     describe_counter!(
         names::DELIVERIES,
         "Delivery attempts by handler and outcome"
+    );
+    describe_counter!(
+        names::DELIVERIES_FILTERED,
+        "Events a handler's filter kept from it, by destination"
     );
     describe_histogram!(
         names::DELIVERY_DURATION,

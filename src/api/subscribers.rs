@@ -45,6 +45,8 @@ pub(crate) struct Create {
     rate_limit: Option<String>,
     /// Failing without a success for this long disables it (`"72h"`).
     disable_after: Option<String>,
+    /// Only events matching this filter are delivered (docs/handlers.md).
+    filter: Option<serde_json::Value>,
     /// Default true.
     active: Option<bool>,
 }
@@ -79,6 +81,9 @@ pub(crate) struct Patch {
     /// Replaces or removes `disable_after`.
     #[serde(default, with = "double_option")]
     disable_after: Option<Option<String>>,
+    /// Replaces or removes the filter.
+    #[serde(default, with = "double_option")]
+    filter: Option<Option<serde_json::Value>>,
     /// Activates or deactivates it.
     active: Option<bool>,
 }
@@ -134,6 +139,8 @@ fn view(s: &Subscriber) -> SubscriberView {
 fn rejected(e: &SubscriberError) -> Problem {
     let code = if e.forbidden_target {
         "forbidden_target"
+    } else if e.field == "filter" {
+        "invalid_filter"
     } else {
         "invalid_subscriber"
     };
@@ -211,6 +218,7 @@ pub(crate) async fn create(
         max_in_flight: c.max_in_flight,
         rate_limit: c.rate_limit,
         disable_after: c.disable_after,
+        filter: c.filter,
         active: c.active.unwrap_or(true),
         created_at: now,
         updated_at: now,
@@ -321,6 +329,9 @@ pub(crate) async fn patch(
     }
     if let Some(v) = p.disable_after {
         s.disable_after = v;
+    }
+    if let Some(v) = p.filter {
+        s.filter = v;
     }
     if let Some(v) = p.active {
         s.active = v;

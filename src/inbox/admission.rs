@@ -316,7 +316,12 @@ pub(crate) fn route(
     origin: &Origin,
 ) -> Result<(Vec<NewDelivery>, u64), Refusal> {
     let (table, version) = registry.versioned();
-    let mut deliveries = table.deliveries(event_type, payload);
+    let source = match origin {
+        Origin::Webhooks => None,
+        Origin::Source(name) => Some(name.as_str()),
+        Origin::Operator { .. } => Some(OPERATOR_SOURCE),
+    };
+    let mut deliveries = table.deliveries(event_type, source, payload);
     if let Origin::Operator { about } = origin {
         deliveries.retain(|d| d.handler != *about);
     }

@@ -167,6 +167,12 @@ impl LiveRegistry {
             s.disable_after.as_deref(),
         )
         .map_err(|(f, m)| invalid(f, m))?;
+        let filter = s
+            .filter
+            .as_ref()
+            .map(|f| super::filter::Filter::compile(f).map(std::sync::Arc::new))
+            .transpose()
+            .map_err(|e| invalid("filter", e.to_string()))?;
         Ok(Route {
             name: s.name.clone(),
             patterns,
@@ -184,6 +190,7 @@ impl LiveRegistry {
             target: http::display_url(&url),
             active: s.active,
             flow,
+            filter,
         })
     }
 }

@@ -87,6 +87,8 @@ struct Manifest {
     max_in_flight: Option<i64>,
     rate_limit: Option<String>,
     disable_after: Option<String>,
+    /// A TOML inline table, or the filter as a JSON string.
+    filter: Option<toml::Value>,
     http: Option<HttpSection>,
     exec: Option<ExecSection>,
 }
@@ -266,6 +268,12 @@ fn load(file: &Path, ctx: &Context, secrets: &HashSet<String>) -> Result<Route, 
         m.disable_after.as_deref(),
     )
     .map_err(|(f, m)| err(f, m))?;
+    let filter = m
+        .filter
+        .as_ref()
+        .map(filter)
+        .transpose()
+        .map_err(|m| err("filter", m))?;
     let (handler, target) = match m.kind.as_str() {
         "log" => (log::handler(&name), "log".to_owned()),
         "exec" => {
@@ -311,7 +319,21 @@ fn load(file: &Path, ctx: &Context, secrets: &HashSet<String>) -> Result<Route, 
         target,
         active: true,
         flow,
+        filter,
     })
+}
+
+/// A manifest's `filter`: a TOML inline table, or the filter as a JSON string.
+fn filter(value: &toml::Value) -> Result<Arc<super::filter::Filter>, String> {
+    let json = match value {
+        toml::Value::String(text) => {
+            serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?
+        }
+        other => serde_json::to_value(other).map_err(|e| e.to_string())?,
+    };
+    super::filter::Filter::compile(&json)
+        .map(Arc::new)
+        .map_err(|e| e.to_string())
 }
 
 fn policy(m: &Manifest, defaults: &Policy) -> Result<Policy, (&'static str, String)> {

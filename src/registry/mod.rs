@@ -22,6 +22,7 @@
 //!
 //! The binary fills the same registry from `HANDLERS_DIR/*.toml` ([`manifest`]).
 
+pub mod filter;
 pub mod flow;
 mod handler;
 pub mod kinds;
@@ -31,6 +32,7 @@ mod pattern;
 
 use std::collections::HashSet;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub(crate) use handler::Answered;
@@ -63,6 +65,8 @@ pub struct Route {
     pub active: bool,
     /// Its lane's limits: attempts at once, rate, when to disable.
     pub flow: flow::FlowControl,
+    /// Only events that match it get a delivery (`None`: every event of its types).
+    pub filter: Option<Arc<filter::Filter>>,
 }
 
 impl fmt::Debug for Route {
@@ -169,13 +173,36 @@ impl Registry {
         widest.map_or_else(|| "other".to_owned(), |prefix| format!("{prefix}*"))
     }
 
-    /// One new delivery per matching handler, with its ordering value, for a
-    /// payload given as JSON text (intake's canonical text). The ordering pointer
-    /// is resolved on the text, only for routes that have one.
-    pub fn deliveries(&self, event_type: &str, payload: &str) -> Vec<NewDelivery> {
+    /// One new delivery per matching handler whose filter (if any) matches, with
+    /// its ordering value, for a payload given as JSON text (intake's canonical
+    /// text) from `source` (`None`: `POST /webhooks`). The ordering pointer is
+    /// resolved on the text, only for routes that have one; the payload is parsed
+    /// once, only when a matching route has a filter. A filtered-out handler is
+    /// counted in `hookbox_deliveries_filtered_total{destination}`.
+    pub fn deliveries(
+        &self,
+        event_type: &str,
+        source: Option<&str>,
+        payload: &str,
+    ) -> Vec<NewDelivery> {
+        let mut document: Option<serde_json::Value> = None;
         self.routes
             .iter()
             .filter(|r| r.matches(event_type))
+            .filter(|r| {
+                let Some(filter) = &r.filter else {
+                    return true;
+                };
+                let document = document.get_or_insert_with(|| {
+                    filter::document(event_type, source, payload)
+                });
+                let matched = filter.matches(document);
+                if !matched {
+                    metrics::counter!(crate::telemetry::names::DELIVERIES_FILTERED, "destination" => r.name.clone())
+                        .increment(1);
+                }
+                matched
+            })
             .map(|r| NewDelivery {
                 id: Uuid::now_v7(),
                 handler: r.name.clone(),
@@ -239,6 +266,7 @@ impl RegistryBuilder {
                 target: "-".to_owned(),
                 active: true,
                 flow: flow::FlowControl::default(),
+                filter: None,
             }),
             Err(source) => self.errors.push(RegistryError::Pattern {
                 name: name.to_owned(),
@@ -336,12 +364,12 @@ mod tests {
             .expect("valid");
         r.routes[0].ordering_key = Some("/customer/id".into());
         let payload = r#"{"customer":{"id":42}}"#;
-        let d = r.deliveries("invoice.paid", payload);
+        let d = r.deliveries("invoice.paid", None, payload);
         let names: Vec<&str> = d.iter().map(|d| d.handler.as_str()).collect();
         assert_eq!(names, ["invoice.*", "all"]);
         assert_eq!(d[0].ordering_value.as_deref(), Some("42"));
         assert_eq!(d[1].ordering_value, None);
-        assert_eq!(r.deliveries("order.created", payload).len(), 2);
+        assert_eq!(r.deliveries("order.created", None, payload).len(), 2);
         assert!(!r.is_routed("") || r.is_routed("x"));
     }
 

@@ -115,6 +115,7 @@ fn subscriber(name: &str, url: &str) -> Subscriber {
         max_in_flight: Some(2),
         rate_limit: Some("20/s".into()),
         disable_after: Some("72h".into()),
+        filter: Some(serde_json::json!({"payload": {"total": {"$gt": 100}}})),
         active: true,
         created_at: Timestamp::now(),
         updated_at: Timestamp::now(),
@@ -365,6 +366,7 @@ async fn subscribers(b: &Backend) {
         max_in_flight: None,
         rate_limit: None,
         disable_after: None,
+        filter: None,
         active: false,
         ..subscriber("audit", "http://127.0.0.1:9/audit")
     };

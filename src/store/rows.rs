@@ -210,6 +210,11 @@ pub(super) fn subscriber(row: &impl RowExt) -> Result<Subscriber, StoreError> {
             .and_then(|n| u32::try_from(n).ok()),
         rate_limit: opt_owned(row, "rate_limit")?,
         disable_after: opt_owned(row, "disable_after")?,
+        filter: row
+            .opt_text("filter")?
+            .map(serde_json::from_str)
+            .transpose()
+            .map_err(|e| StoreError::Corrupt(format!("subscribers.filter: {e}")))?,
         active: row.flag("active")?,
         created_at: row.timestamp("created_at")?,
         updated_at: row.timestamp("updated_at")?,

@@ -8,7 +8,7 @@ use crate::harness::{Hookbox, write};
 
 /// Runs `hookbox serve` with `env` and waits for it to exit: `None` as the code when
 /// it was still serving after 15 s (it is killed then), as with a value it accepted.
-fn run_with(env: &[(&str, &str)], dir: &std::path::Path) -> (Option<i32>, String) {
+pub(crate) fn run_with(env: &[(&str, &str)], dir: &std::path::Path) -> (Option<i32>, String) {
     let mut child = crate::harness::hookbox_in(dir)
         .env("DB_PATH", dir.join("events.db"))
         .env("BIND_ADDR", "127.0.0.1:0")

@@ -13,6 +13,7 @@ mod delivery;
 mod destinations;
 mod docs;
 mod durability;
+mod filters;
 mod frontdoor;
 mod hangup;
 mod harness;

@@ -554,6 +554,7 @@ impl PgStore {
             .bind(s.max_in_flight.and_then(|n| i32::try_from(n).ok()))
             .bind(s.rate_limit)
             .bind(s.disable_after)
+            .bind(s.filter.as_ref().map(|f| f.to_string()))
             .execute(&self.pool)
             .await?;
         Ok(done.rows_affected() > 0)

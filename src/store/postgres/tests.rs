@@ -626,6 +626,7 @@ async fn an_event_routed_with_old_subscribers_is_refused() {
         max_in_flight: None,
         rate_limit: None,
         disable_after: None,
+        filter: None,
         active: true,
         created_at: now,
         updated_at: now,

@@ -637,6 +637,7 @@ pub(super) async fn save_subscriber(
         .bind(s.max_in_flight.map(i64::from))
         .bind(s.rate_limit)
         .bind(s.disable_after)
+        .bind(s.filter.as_ref().map(|f| f.to_string()))
         .execute(&mut *conn)
         .await?;
     Ok(done.rows_affected() > 0)
