@@ -82,3 +82,4 @@ pub(crate) mod ssrf;
 pub(crate) mod state;
 pub mod store;
 pub mod telemetry;
+pub mod transform;

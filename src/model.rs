@@ -286,6 +286,9 @@ pub enum AttemptOutcome {
     Retry,
     /// It failed and the delivery is dead-lettered.
     DeadLetter,
+    /// A transform cancelled it (`webhook.cancel = true`): nothing was sent, and
+    /// the delivery is done.
+    Cancelled,
 }
 
 impl AttemptOutcome {
@@ -299,6 +302,7 @@ impl AttemptOutcome {
             Self::Completed => "completed",
             Self::Retry => "retry",
             Self::DeadLetter => "dead_letter",
+            Self::Cancelled => "cancelled",
         }
     }
 
@@ -314,6 +318,7 @@ impl AttemptOutcome {
             "completed" => Some(Self::Completed),
             "retry" => Some(Self::Retry),
             "dead_letter" => Some(Self::DeadLetter),
+            "cancelled" => Some(Self::Cancelled),
             _ => None,
         }
     }
@@ -385,6 +390,9 @@ pub struct Subscriber {
     /// Only events matching this filter are delivered (SPEC §12; docs/handlers.md).
     #[serde(default)]
     pub filter: Option<serde_json::Value>,
+    /// JavaScript reshaping each attempt's request (SPEC §12; docs/handlers.md).
+    #[serde(default)]
+    pub transform: Option<String>,
     /// An inactive subscriber gets no new deliveries.
     pub active: bool,
     /// Creation time.

@@ -31,6 +31,7 @@ use crate::inbox::{self, IdempotencyKey, Origin, Outcome, Payload, Submission};
 use crate::json;
 use crate::layers::idempotency;
 use crate::model::Timestamp;
+use crate::registry::kinds::shaped;
 use crate::sources::identify;
 use crate::sources::live::LiveSource;
 use crate::sources::rejected::{self, Reason, Refusal};
@@ -198,9 +199,92 @@ pub(crate) async fn receive(
             event: None,
             response: (StatusCode::OK, Json(answer)).into_response(),
         }),
-        Identified::Batch(submissions) => accept_batch(app, source, submissions).await,
-        Identified::Event(submission) => accept_one(app, source, submission).await,
+        Identified::Batch(submissions) => {
+            let mut reshaped = Vec::with_capacity(submissions.len());
+            for submission in submissions {
+                reshaped.push(reshape(source, headers, submission).await?);
+            }
+            accept_batch(app, source, reshaped).await
+        }
+        Identified::Event(submission) => {
+            let submission = reshape(source, headers, submission).await?;
+            accept_one(app, source, submission).await
+        }
     }
+}
+
+/// The source's transform (if any) applied to one verified event: it gets
+/// `{event_type, payload, headers}` (credentials left out) and its answer's
+/// `event_type` and `payload` are stored (422 `transform_failed` when it throws,
+/// hits a limit or answers something else).
+async fn reshape(
+    source: &LiveSource,
+    headers: &HeaderMap,
+    mut submission: Submission,
+) -> Result<Submission, Refused> {
+    let Some(transform) = &source.source.transform else {
+        return Ok(submission);
+    };
+    let failed = |why: String| {
+        let problem = Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "transform_failed")
+            .detail(format!("the source's transform failed: {why}"));
+        Refused::verified(problem, true)
+    };
+    let before: Value = serde_json::from_str(submission.payload.text()).unwrap_or(Value::Null);
+    let input = json!({
+        "event_type": submission.event_type.as_str(),
+        "payload": before,
+        "headers": shown_headers(headers, &source.source.secrets),
+    });
+    let answer = shaped::run(transform.clone(), input)
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    let event_type = answer
+        .get("event_type")
+        .and_then(Value::as_str)
+        .ok_or_else(|| failed("its answer has no event_type string".into()))?;
+    submission.event_type = crate::inbox::EventType::new(event_type)
+        .map_err(|why| failed(format!("event_type {event_type:?}: {why}")))?;
+    let payload = answer
+        .get("payload")
+        .ok_or_else(|| failed("its answer has no payload".into()))?;
+    if *payload != before {
+        let text = serde_json::to_string(payload).map_err(|e| failed(e.to_string()))?;
+        let canonical = json::canonical(&text).map_err(|e| failed(e.to_string()))?;
+        submission.payload = Payload::new(canonical);
+    }
+    Ok(submission)
+}
+
+/// The request's headers for a transform: names in lower case, a repeated one's
+/// values joined with `, `, credentials left out (`Authorization`, `Cookie`, and
+/// any header holding one of the source's `secrets`, such as a token kind's).
+fn shown_headers(headers: &HeaderMap, secrets: &[crate::config::Secret]) -> Value {
+    let mut shown = serde_json::Map::new();
+    for (name, value) in headers {
+        let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+        let secret = secrets
+            .iter()
+            .any(|s| !s.expose().is_empty() && value.contains(s.expose()));
+        if secret
+            || matches!(
+                name.as_str(),
+                "authorization" | "proxy-authorization" | "cookie"
+            )
+        {
+            continue;
+        }
+        match shown.get_mut(name.as_str()) {
+            Some(Value::String(joined)) => {
+                joined.push_str(", ");
+                joined.push_str(&value);
+            }
+            _ => {
+                shown.insert(name.as_str().to_owned(), Value::String(value));
+            }
+        }
+    }
+    Value::Object(shown)
 }
 
 /// Commits one event: 202 new, 200 a redelivery, or the intake's refusal (kept in

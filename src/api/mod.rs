@@ -16,6 +16,7 @@ pub(crate) mod destinations;
 pub(crate) mod ingest;
 pub(crate) mod intake;
 pub(crate) mod openapi;
+pub(crate) mod preview;
 pub(crate) mod probes;
 pub(crate) mod problem;
 pub(crate) mod rejected;

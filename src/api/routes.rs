@@ -12,7 +12,8 @@ use utoipa_axum::router::UtoipaMethodRouter;
 use utoipa_axum::routes;
 
 use super::{
-    dead_letters, destinations, ingest, intake, probes, rejected, sources, status, subscribers,
+    dead_letters, destinations, ingest, intake, preview, probes, rejected, sources, status,
+    subscribers,
 };
 use crate::state::AppState;
 
@@ -63,6 +64,7 @@ pub(crate) fn table() -> Vec<Route> {
         route(Admin, routes!(destinations::read)),
         route(Admin, routes!(destinations::pause)),
         route(Admin, routes!(destinations::resume)),
+        route(Admin, routes!(preview::test)),
         route(Ingest, routes!(ingest::ingest)),
         route(Open, routes!(ingest::subscription_check)),
         route(Admin, routes!(sources::list)),

@@ -47,6 +47,8 @@ pub(crate) struct Create {
     disable_after: Option<String>,
     /// Only events matching this filter are delivered (docs/handlers.md).
     filter: Option<serde_json::Value>,
+    /// JavaScript reshaping each attempt's request (docs/handlers.md).
+    transform: Option<String>,
     /// Default true.
     active: Option<bool>,
 }
@@ -84,6 +86,9 @@ pub(crate) struct Patch {
     /// Replaces or removes the filter.
     #[serde(default, with = "double_option")]
     filter: Option<Option<serde_json::Value>>,
+    /// Replaces or removes the transform.
+    #[serde(default, with = "double_option")]
+    transform: Option<Option<String>>,
     /// Activates or deactivates it.
     active: Option<bool>,
 }
@@ -141,6 +146,8 @@ fn rejected(e: &SubscriberError) -> Problem {
         "forbidden_target"
     } else if e.field == "filter" {
         "invalid_filter"
+    } else if e.field == "transform" {
+        "invalid_transform"
     } else {
         "invalid_subscriber"
     };
@@ -158,6 +165,7 @@ fn validate(registry: &LiveRegistry, s: &Subscriber) -> Result<(), Problem> {
         s.ordering_key.as_ref(),
         s.rate_limit.as_ref(),
         s.disable_after.as_ref(),
+        s.transform.as_ref(),
     ]
     .into_iter()
     .flatten()
@@ -219,6 +227,7 @@ pub(crate) async fn create(
         rate_limit: c.rate_limit,
         disable_after: c.disable_after,
         filter: c.filter,
+        transform: c.transform,
         active: c.active.unwrap_or(true),
         created_at: now,
         updated_at: now,
@@ -332,6 +341,9 @@ pub(crate) async fn patch(
     }
     if let Some(v) = p.filter {
         s.filter = v;
+    }
+    if let Some(v) = p.transform {
+        s.transform = v;
     }
     if let Some(v) = p.active {
         s.active = v;

@@ -216,7 +216,8 @@ impl Workers {
         let started = Instant::now();
         let (result, answer) = self.attempt_marked(route, task, attempt).await?;
         let took = started.elapsed();
-        let response_status = answer.as_ref().map(|a| a.status);
+        let cancelled = answer.as_ref().is_some_and(|a| a.cancelled);
+        let response_status = answer.as_ref().filter(|a| !a.cancelled).map(|a| a.status);
         let next = self.lanes.finish(slot, verdict(&result, response_status));
         let response_body = answer
             .and_then(|a| a.body)
@@ -235,8 +236,13 @@ impl Workers {
             error: error.map(|m| redact::attempt_error(m, Attempt::MAX_ERROR_BYTES)),
         };
         let Err(failure) = result else {
-            count(route, "completed");
-            let done = record(AttemptOutcome::Completed, None);
+            let (label, kind) = if cancelled {
+                ("cancelled", AttemptOutcome::Cancelled)
+            } else {
+                ("completed", AttemptOutcome::Completed)
+            };
+            count(route, label);
+            let done = record(kind, None);
             let o = outcome(task, Status::Completed, attempt, None, None, Some(done));
             return Ok((o, next));
         };

@@ -57,6 +57,9 @@ pub(crate) struct Answered {
     pub(crate) status: u16,
     /// The first bytes of the body, as text (lossy), when it had any.
     pub(crate) body: Option<String>,
+    /// True when a transform cancelled the delivery: nothing was sent, and
+    /// `status` means nothing.
+    pub(crate) cancelled: bool,
 }
 
 impl Answer {
@@ -91,7 +94,21 @@ impl Event {
 
     /// Records the answer this attempt got (the http kind); the first one stays.
     pub(crate) fn answered(&self, status: u16, body: Option<String>) {
-        let _ = self.answer.0.set(Answered { status, body });
+        let _ = self.answer.0.set(Answered {
+            status,
+            body,
+            cancelled: false,
+        });
+    }
+
+    /// Records that a transform cancelled this delivery: nothing is sent, and the
+    /// attempt's outcome is `cancelled` (the delivery completes).
+    pub(crate) fn cancelled(&self) {
+        let _ = self.answer.0.set(Answered {
+            status: 0,
+            body: None,
+            cancelled: true,
+        });
     }
 
     /// Where this attempt's answer will be.

@@ -9,6 +9,7 @@ use crate::model::Subscriber;
 use crate::retry::Policy;
 use crate::signing::Secret;
 use crate::ssrf::TargetGuard;
+use crate::transform::Transform;
 
 /// Why a subscriber cannot become a route.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -170,27 +171,33 @@ impl LiveRegistry {
         let filter = s
             .filter
             .as_ref()
-            .map(|f| super::filter::Filter::compile(f).map(std::sync::Arc::new))
+            .map(|f| super::filter::Filter::compile(f).map(Arc::new))
             .transpose()
             .map_err(|e| invalid("filter", e.to_string()))?;
+        let transform = s
+            .transform
+            .as_deref()
+            .filter(|t| !t.trim().is_empty())
+            .map(|t| Transform::compile(&format!("subscriber {}", s.name), t).map(Arc::new))
+            .transpose()
+            .map_err(|e| invalid("transform", e.to_string()))?;
+        let target = Arc::new(HttpTarget {
+            url: url.clone(),
+            secrets,
+            transform,
+        });
         Ok(Route {
             name: s.name.clone(),
             patterns,
             ordering_key: s.ordering_key.clone().filter(|k| !k.is_empty()),
             policy,
-            handler: http::handler(
-                self.client.clone(),
-                self.guard.clone(),
-                HttpTarget {
-                    url: url.clone(),
-                    secrets,
-                },
-            ),
+            handler: http::handler(self.client.clone(), self.guard.clone(), (*target).clone()),
             kind: "subscriber".to_owned(),
             target: http::display_url(&url),
             active: s.active,
             flow,
             filter,
+            http: Some(target),
         })
     }
 }

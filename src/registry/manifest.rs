@@ -89,6 +89,8 @@ struct Manifest {
     disable_after: Option<String>,
     /// A TOML inline table, or the filter as a JSON string.
     filter: Option<toml::Value>,
+    /// A JavaScript file, relative to the manifest (kind http).
+    transform: Option<String>,
     http: Option<HttpSection>,
     exec: Option<ExecSection>,
 }
@@ -274,6 +276,13 @@ fn load(file: &Path, ctx: &Context, secrets: &HashSet<String>) -> Result<Route, 
         .map(filter)
         .transpose()
         .map_err(|m| err("filter", m))?;
+    if m.transform.is_some() && m.kind != "http" {
+        return Err(err(
+            "transform",
+            "a transform reshapes an http request: only kind = \"http\" takes one".into(),
+        ));
+    }
+    let mut http_target_of_route = None;
     let (handler, target) = match m.kind.as_str() {
         "log" => (log::handler(&name), "log".to_owned()),
         "exec" => {
@@ -295,8 +304,15 @@ fn load(file: &Path, ctx: &Context, secrets: &HashSet<String>) -> Result<Route, 
                 .http
                 .as_ref()
                 .ok_or_else(|| err("http", "kind = \"http\" needs an [http] section".into()))?;
-            let target = http_target(section, ctx).map_err(|(field, msg)| err(field, msg))?;
+            let mut target = http_target(section, ctx).map_err(|(field, msg)| err(field, msg))?;
+            target.transform = m
+                .transform
+                .as_deref()
+                .map(|path| transform(file, path))
+                .transpose()
+                .map_err(|m| err("transform", m))?;
             let shown = http::display_url(&target.url);
+            http_target_of_route = Some(Arc::new(target.clone()));
             (
                 http::handler(ctx.client.clone(), ctx.guard.clone(), target),
                 shown,
@@ -320,7 +336,21 @@ fn load(file: &Path, ctx: &Context, secrets: &HashSet<String>) -> Result<Route, 
         active: true,
         flow,
         filter,
+        http: http_target_of_route,
     })
+}
+
+/// Reads and compiles the transform at `path` (relative to the manifest `file`).
+pub(crate) fn transform(
+    file: &Path,
+    path: &str,
+) -> Result<Arc<crate::transform::Transform>, String> {
+    let full = file.parent().unwrap_or(Path::new(".")).join(path);
+    let source = std::fs::read_to_string(&full)
+        .map_err(|e| format!("cannot read {}: {e}", full.display()))?;
+    crate::transform::Transform::compile(path, &source)
+        .map(Arc::new)
+        .map_err(|e| e.to_string())
 }
 
 /// A manifest's `filter`: a TOML inline table, or the filter as a JSON string.
@@ -419,7 +449,11 @@ fn http_target(
             Secret::parse_list(&value).map_err(|e| ("http.secret_env", format!("{var}: {e}")))?
         }
     };
-    Ok(http::HttpTarget { url, secrets })
+    Ok(http::HttpTarget {
+        url,
+        secrets,
+        transform: None,
+    })
 }
 
 /// Best guess of the field a TOML/serde message is about (`unknown field `x``).

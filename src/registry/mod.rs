@@ -67,6 +67,9 @@ pub struct Route {
     pub flow: flow::FlowControl,
     /// Only events that match it get a delivery (`None`: every event of its types).
     pub filter: Option<Arc<filter::Filter>>,
+    /// An http handler's or subscriber's target (URL, secrets, transform), for
+    /// `POST /destinations/{name}/test`; `None` for other kinds.
+    pub http: Option<Arc<kinds::http::HttpTarget>>,
 }
 
 impl fmt::Debug for Route {
@@ -267,6 +270,7 @@ impl RegistryBuilder {
                 active: true,
                 flow: flow::FlowControl::default(),
                 filter: None,
+                http: None,
             }),
             Err(source) => self.errors.push(RegistryError::Pattern {
                 name: name.to_owned(),

@@ -61,6 +61,8 @@ struct Manifest {
     split_id: Option<String>,
     public_url: Option<String>,
     meta: Option<MetaSection>,
+    /// A JavaScript file, relative to the manifest (push sources).
+    transform: Option<String>,
     poll: Option<pull::spec::Section>,
     websocket: Option<pull::spec::Section>,
 }
@@ -199,6 +201,12 @@ fn build(
         ));
     }
     if matches!(m.kind.as_str(), "poll" | "websocket") {
+        if m.transform.is_some() {
+            return Err((
+                "transform",
+                "a transform reshapes a pushed request: pull sources take none".into(),
+            ));
+        }
         let spec = pull_spec(&m, env)?;
         return Ok(Source {
             name,
@@ -212,6 +220,7 @@ fn build(
             pull: Some(std::sync::Arc::new(spec)),
             split: None,
             verify_token: None,
+            transform: None,
         });
     }
     if let Some(field) = [
@@ -261,6 +270,12 @@ fn build(
     });
     let split = split(&m)?.or(default_split);
     let verify_token = verify_token(&m, env)?;
+    let transform = m
+        .transform
+        .as_deref()
+        .map(|path| crate::registry::manifest::transform(file, path))
+        .transpose()
+        .map_err(|e| ("transform", e))?;
     Ok(Source {
         name,
         kind: m.kind,
@@ -273,6 +288,7 @@ fn build(
         pull: None,
         split,
         verify_token,
+        transform,
     })
 }
 

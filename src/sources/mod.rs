@@ -50,6 +50,8 @@ pub struct Source {
     /// Meta's verify token (`[meta] verify_token_env`), which its GET
     /// subscription challenge must carry.
     pub(crate) verify_token: Option<Secret>,
+    /// Reshapes each verified event before it is committed (`transform`).
+    pub(crate) transform: Option<std::sync::Arc<crate::transform::Transform>>,
 }
 
 /// How a push source splits a batched body into events (`split`, `split_id`).

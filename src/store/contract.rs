@@ -116,6 +116,7 @@ fn subscriber(name: &str, url: &str) -> Subscriber {
         rate_limit: Some("20/s".into()),
         disable_after: Some("72h".into()),
         filter: Some(serde_json::json!({"payload": {"total": {"$gt": 100}}})),
+        transform: Some("function handler(w) { return w; }".into()),
         active: true,
         created_at: Timestamp::now(),
         updated_at: Timestamp::now(),
@@ -367,6 +368,7 @@ async fn subscribers(b: &Backend) {
         rate_limit: None,
         disable_after: None,
         filter: None,
+        transform: None,
         active: false,
         ..subscriber("audit", "http://127.0.0.1:9/audit")
     };

@@ -160,18 +160,18 @@ pub(crate) mod sql {
 
     /// Inserts a subscriber unless its name is taken; binds: name, event_types,
     /// url, secret, ordering_key, max_attempts, backoff, active, created_at,
-    /// updated_at, max_in_flight, rate_limit, disable_after, filter.
+    /// updated_at, max_in_flight, rate_limit, disable_after, filter, transform.
     pub(crate) const INSERT_SUBSCRIBER: &str = "INSERT INTO subscribers (name, event_types, \
         url, secret, ordering_key, max_attempts, backoff, active, created_at, updated_at, \
-        max_in_flight, rate_limit, disable_after, filter) \
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+        max_in_flight, rate_limit, disable_after, filter, transform) \
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
         ON CONFLICT (name) DO NOTHING";
 
     /// Replaces a subscriber; the same binds as [`INSERT_SUBSCRIBER`] ($9 unused).
     pub(crate) const UPDATE_SUBSCRIBER: &str = "UPDATE subscribers SET event_types = $2, \
         url = $3, secret = $4, ordering_key = $5, max_attempts = $6, backoff = $7, \
         active = $8, updated_at = $10, max_in_flight = $11, rate_limit = $12, \
-        disable_after = $13, filter = $14 WHERE name = $1";
+        disable_after = $13, filter = $14, transform = $15 WHERE name = $1";
 
     /// Unfinished deliveries per handler, with the oldest's creation time.
     pub(crate) const DESTINATION_BACKLOG: &str = "SELECT handler, CAST(COUNT(*) AS INTEGER) AS n, \
@@ -188,7 +188,8 @@ pub(crate) mod sql {
     /// Every subscriber, by name.
     pub(crate) const SELECT_SUBSCRIBERS: &str = "SELECT name, event_types, url, secret, \
         ordering_key, max_attempts, backoff, active, created_at, updated_at, \
-        max_in_flight, rate_limit, disable_after, filter FROM subscribers ORDER BY name";
+        max_in_flight, rate_limit, disable_after, filter, transform FROM subscribers \
+        ORDER BY name";
 }
 
 /// One handler's unfinished deliveries ([`Store::destination_backlog`]).

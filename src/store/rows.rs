@@ -215,6 +215,7 @@ pub(super) fn subscriber(row: &impl RowExt) -> Result<Subscriber, StoreError> {
             .map(serde_json::from_str)
             .transpose()
             .map_err(|e| StoreError::Corrupt(format!("subscribers.filter: {e}")))?,
+        transform: opt_owned(row, "transform")?,
         active: row.flag("active")?,
         created_at: row.timestamp("created_at")?,
         updated_at: row.timestamp("updated_at")?,

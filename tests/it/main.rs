@@ -32,3 +32,4 @@ mod security;
 mod sources;
 mod status;
 mod store;
+mod transforms;

@@ -120,6 +120,6 @@ fn the_served_document_is_the_printed_one_and_every_operation_in_it_is_served() 
     let outcomes = &doc["components"]["schemas"]["AttemptOutcome"]["enum"];
     assert_eq!(
         outcomes,
-        &serde_json::json!(["completed", "retry", "dead_letter"])
+        &serde_json::json!(["completed", "retry", "dead_letter", "cancelled"])
     );
 }

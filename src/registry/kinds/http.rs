@@ -19,6 +19,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use reqwest::{Client, StatusCode, Url};
 
 use super::super::{BoxHandler, Event, HandlerError, handler_fn};
+use super::shaped::{self, Request, Shaped};
 use crate::config::MAX_DURATION;
 use crate::redact::Redactions;
 use crate::signing::{self, Secret};
@@ -39,6 +40,8 @@ pub struct HttpTarget {
     pub url: Url,
     /// Signing secrets (empty: unsigned).
     pub secrets: Vec<Secret>,
+    /// Reshapes each attempt's request first ([`super::shaped`]).
+    pub transform: Option<Arc<crate::transform::Transform>>,
 }
 
 /// Builds the one shared client: pooled keep-alive connections, no redirects, a
@@ -118,10 +121,34 @@ async fn deliver(
 ) -> Result<(), HandlerError> {
     guard.check_url(&target.url).map_err(|e| refused(&e))?;
     let body = body(event);
+    let request = match &target.transform {
+        None => Request {
+            url: target.url.clone(),
+            method: reqwest::Method::POST,
+            headers: Vec::new(),
+            body,
+        },
+        Some(transform) => match transformed(transform, guard, target, event, body).await? {
+            Shaped::Cancelled => {
+                event.cancelled();
+                return Ok(());
+            }
+            Shaped::Send(request) => request,
+        },
+    };
+    let Request {
+        url,
+        method,
+        headers,
+        body,
+    } = request;
     let id = event.id.to_string();
     let timestamp = unix_now();
-    let mut req = client
-        .post(target.url.clone())
+    let mut req = client.request(method, url);
+    for (name, value) in headers {
+        req = req.header(name, value);
+    }
+    req = req
         .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
         .header("webhook-id", &id)
         .header("webhook-timestamp", timestamp.to_string());
@@ -153,6 +180,31 @@ async fn deliver(
         None => Ok(()),
         Some(message) => Err(classify(status, retry_after, message)),
     }
+}
+
+/// The request `target`'s transform makes of this attempt: a throw, a limit, a
+/// malformed answer or a URL the guard refuses fails the delivery for good.
+async fn transformed(
+    transform: &Arc<crate::transform::Transform>,
+    guard: &TargetGuard,
+    target: &HttpTarget,
+    event: &Event,
+    body: String,
+) -> Result<Shaped, HandlerError> {
+    let failed = |why: String| HandlerError::Permanent(format!("transform failed: {why}"));
+    let input = shaped::input(&event.event_type, &body, &target.url);
+    let answer = shaped::run(transform.clone(), input)
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    let shaped = shaped::shape(&answer, &body, &target.url).map_err(failed)?;
+    if let Shaped::Send(request) = &shaped {
+        if request.url != target.url {
+            guard
+                .check_url(&request.url)
+                .map_err(|e| failed(format!("its url is refused: {e}")))?;
+        }
+    }
+    Ok(shaped)
 }
 
 /// The decision matrix for a non-2xx answer (docs/handlers.md, "http").

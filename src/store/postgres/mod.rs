@@ -555,6 +555,7 @@ impl PgStore {
             .bind(s.rate_limit)
             .bind(s.disable_after)
             .bind(s.filter.as_ref().map(|f| f.to_string()))
+            .bind(s.transform)
             .execute(&self.pool)
             .await?;
         Ok(done.rows_affected() > 0)

@@ -627,6 +627,7 @@ async fn an_event_routed_with_old_subscribers_is_refused() {
         rate_limit: None,
         disable_after: None,
         filter: None,
+        transform: None,
         active: true,
         created_at: now,
         updated_at: now,

@@ -638,6 +638,7 @@ pub(super) async fn save_subscriber(
         .bind(s.rate_limit)
         .bind(s.disable_after)
         .bind(s.filter.as_ref().map(|f| f.to_string()))
+        .bind(s.transform)
         .execute(&mut *conn)
         .await?;
     Ok(done.rows_affected() > 0)
