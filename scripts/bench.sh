@@ -11,6 +11,9 @@
 #   scripts/bench.sh ingest --source github             # a signed GitHub source
 #   scripts/bench.sh sources --duration 10s             # /webhooks and 3 source kinds,
 #                                                     # interleaved, 3 rounds
+#   scripts/bench.sh transforms --events 20000          # a filter's and a transform's
+#                                                     # cost, and deliver with and
+#                                                     # without them, 3 rounds
 #   BENCH_BIN_DIR=/tmp/before scripts/bench.sh e2e --events 50000   # no build: A/B runs
 #   scripts/bench.sh storm --duration 10s --connections 64   # retry storm: 1,000 known
 #                                                     # keys vs new keys, one run
@@ -30,7 +33,12 @@
 # `sources` runs `ingest` (to /webhooks) and `ingest --source` for each of the
 # three kinds in turn, three rounds, on the one instance (so every figure comes
 # from one run; the machine may be noisy), passing the other arguments to each,
-# and ends with a table of each mode's req/s per round and its median. `storm` seeds 1,000 keys (`--keys`), posts
+# and ends with a table of each mode's req/s per round and its median.
+# `transforms` first runs `loadgen pipeline` (a filter's evaluation and a
+# transform's run per event, in-process), then `deliver` and `deliver
+# --bench-shape` (every subscriber with a filter and a transform) in turn, three
+# rounds, passing the other arguments to `deliver`, and prints each round's
+# deliveries/s and the medians' ratio. `storm` seeds 1,000 keys (`--keys`), posts
 # new keys for `--duration`, then re-posts the known keys for `--duration` and
 # prints both rates and their ratio. `recovery --pending N` starts hookbox with
 # WORKER_COUNT=0 (and QUEUE_MAXSIZE=2N unless set), fills N pending events with
@@ -135,7 +143,7 @@ if [[ $# -eq 0 ]]; then
 fi
 # `deliver` delivers over HTTP to loadgen's receiver on 127.0.0.1, which the SSRF
 # guard refuses unless ALLOWED_TARGETS opens loopback.
-if [[ "$1" == deliver || "$1" == isolation || "$1" == rate ]]; then
+if [[ "$1" == deliver || "$1" == isolation || "$1" == rate || "$1" == transforms ]]; then
     export ALLOWED_TARGETS="${ALLOWED_TARGETS:-127.0.0.0/8}"
 fi
 # `recovery`: --pending N becomes loadgen fill's --events N; nothing drains them.
@@ -225,6 +233,30 @@ if [[ "$1" == sources ]]; then
         printf '%-10s %10s %10s %10s %10s %9.0f%%\n' "$mode" "${rates[$mode,1]}" "${rates[$mode,2]}" \
             "${rates[$mode,3]}" "$median" "$(awk -v m="$median" -v b="$base" 'BEGIN { print 100 * m / b }')"
     done
+    exit 0
+fi
+
+if [[ "$1" == transforms ]]; then
+    shift
+    "$bin_dir/loadgen" pipeline
+    declare -A rates medians
+    for round in 1 2 3; do
+        for mode in plain shaped; do
+            args=()
+            [[ "$mode" == shaped ]] && args=(--bench-shape)
+            echo "bench.sh: round $round: deliver ${args[*]}" >&2
+            out="$("$bin_dir/loadgen" deliver "${args[@]}" "$@")"
+            echo "$out"
+            rates["$mode,$round"]="$(awk 'NR == 1 { at = index($0, "deliveries/s") }
+                NR == 2 { split(substr($0, at), v, " "); print v[1] }' <<<"$out")"
+        done
+    done
+    printf '%-24s %10s %10s %10s %10s\n' mode "round 1" "round 2" "round 3" median
+    for mode in plain shaped; do
+        medians["$mode"]="$(printf '%s\n' "${rates[$mode,1]}" "${rates[$mode,2]}" "${rates[$mode,3]}" | sort -g | sed -n 2p)"
+        printf '%-24s %10s %10s %10s %10s\n' "$mode" "${rates[$mode,1]}" "${rates[$mode,2]}" "${rates[$mode,3]}" "${medians[$mode]}"
+    done
+    awk -v s="${medians[shaped]}" -v p="${medians[plain]}" 'BEGIN { printf "filter+transform / plain: %.0f%%\n", 100 * s / p }'
     exit 0
 fi
 

@@ -139,6 +139,14 @@ pub(crate) fn router(app: AppState) -> Router {
         )
         .route("/console/destinations", get(pages::destinations::list))
         .route(
+            "/console/destinations/{name}",
+            get(pages::destinations::page),
+        )
+        .route(
+            "/console/destinations/{name}/test",
+            post(pages::destinations::test),
+        )
+        .route(
             "/console/destinations/{name}/{action}",
             post(pages::destinations::act),
         )

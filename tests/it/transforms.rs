@@ -333,3 +333,46 @@ fn a_transform_that_does_not_compile_is_reported_with_its_line() {
         "{stderr}"
     );
 }
+
+/// The destination's console page tries an ad-hoc event with a form (with
+/// `csrf`) and shows what would be sent beside it; nothing is sent.
+#[test]
+fn the_console_tries_an_event_on_a_destination() {
+    let rx = Receiver::start();
+    let hb = start(&rx);
+    let page = crate::console::get(&hb, "/console/destinations/reshaped", None);
+    assert_eq!(page.status, 200, "{}", page.text);
+    let token = crate::console::csrf_in(&page.text);
+    let set = page.header("set-cookie").expect("a session cookie");
+    let cookie = set.split(';').next().expect("pair").to_owned();
+    let tried = crate::console::post_form(
+        &hb,
+        "/console/destinations/reshaped/test",
+        Some(&cookie),
+        &[
+            ("csrf", &token),
+            ("event_type", "order.created"),
+            ("payload", r#"{"id": "c-1", "total": 3}"#),
+        ],
+    );
+    assert_eq!(tried.status, 200, "{}", tried.text);
+    assert!(
+        tried.text.contains("Would send") && tried.text.contains("amount_cents"),
+        "{}",
+        tried.text
+    );
+    assert!(
+        tried.text.contains("/reshaped/orders/c-1"),
+        "{}",
+        tried.text
+    );
+    let forged = crate::console::post_form(
+        &hb,
+        "/console/destinations/reshaped/test",
+        Some(&cookie),
+        &[("csrf", "forged"), ("event_type", "order.created")],
+    );
+    assert_eq!(forged.status, 403);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(rx.requests().is_empty(), "nothing was sent");
+}

@@ -17,6 +17,16 @@ pub(crate) const BENCH_SUBSCRIBERS: [(&str, &[&str]); 3] = [
     ("bench-sub-3", &["bench.deliver.three"]),
 ];
 
+/// The filter and transform every subscriber of a run gets (`deliver --filter`,
+/// `--transform`).
+#[derive(Debug, Default)]
+pub(crate) struct Shape {
+    /// The filter, as JSON.
+    pub(crate) filter: Option<serde_json::Value>,
+    /// The transform's source.
+    pub(crate) transform: Option<String>,
+}
+
 /// Talks to the subscribers API.
 pub(crate) struct Admin {
     pub(crate) target: Arc<Target>,
@@ -58,8 +68,15 @@ impl Admin {
         name: &str,
         patterns: &[&str],
         url: &str,
+        shape: &Shape,
     ) -> Result<(), BoxError> {
-        let body = serde_json::json!({"name": name, "event_types": patterns, "url": url});
+        let mut body = serde_json::json!({"name": name, "event_types": patterns, "url": url});
+        if let Some(filter) = &shape.filter {
+            body["filter"] = filter.clone();
+        }
+        if let Some(transform) = &shape.transform {
+            body["transform"] = transform.clone().into();
+        }
         let (status, text) = self
             .send(Method::POST, "/subscribers", Some(&body))
             .await

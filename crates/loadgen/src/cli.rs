@@ -41,6 +41,20 @@ pub(crate) enum Command {
     /// Print the public keys loadgen signs Discord and SendGrid requests with, as
     /// `BENCH_DISCORD_KEY=…` and `BENCH_SENDGRID_KEY=…` lines.
     SourceKeys,
+    /// Time a filter's evaluation and a transform's run per event, in-process
+    /// (hookbox's library), and print a table.
+    Pipeline(PipelineArgs),
+}
+
+/// Options of `pipeline`.
+#[derive(Args, Debug)]
+pub(crate) struct PipelineArgs {
+    /// Transform runs (filter evaluations: ten times as many).
+    #[arg(long, default_value_t = 20_000)]
+    pub(crate) runs: usize,
+    /// Size of the event payload.
+    #[arg(long, default_value_t = 1024)]
+    pub(crate) payload_bytes: usize,
 }
 
 /// Options of `isolation`.
@@ -165,6 +179,17 @@ pub(crate) struct DeliverArgs {
     /// Bearer token for the admin routes, when hookbox has `ADMIN_TOKEN` set.
     #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
     pub(crate) admin_token: Option<String>,
+    /// A filter (JSON) every subscriber gets; it must match every event, or the
+    /// receiver waits for deliveries that never come.
+    #[arg(long)]
+    pub(crate) filter: Option<String>,
+    /// A JavaScript file every subscriber gets as its transform.
+    #[arg(long)]
+    pub(crate) transform: Option<std::path::PathBuf>,
+    /// Every subscriber gets the benchmark's filter (matching every event) and
+    /// transform (renaming two fields of the payload), as `pipeline` times them.
+    #[arg(long, conflicts_with_all = ["filter", "transform"])]
+    pub(crate) bench_shape: bool,
 }
 
 /// Options of `fill`.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use hyper::header::HeaderValue;
 
 use crate::BoxError;
-use crate::admin::{Admin, BENCH_SUBSCRIBERS};
+use crate::admin::{Admin, BENCH_SUBSCRIBERS, Shape};
 use crate::cli::DeliverArgs;
 use crate::conn::{Connection, Target, check_reachable};
 use crate::post::{Posting, event_body, post_counted};
@@ -47,11 +47,32 @@ pub(crate) async fn run_deliver(args: DeliverArgs) -> Result<ExitCode, BoxError>
         conn: Connection::new(Arc::clone(&target)),
         authorization,
     };
+    let shape = if args.bench_shape {
+        Shape {
+            filter: Some(serde_json::from_str(crate::pipeline::BENCH_FILTER)?),
+            transform: Some(crate::pipeline::BENCH_TRANSFORM.to_owned()),
+        }
+    } else {
+        Shape {
+            filter: args
+                .filter
+                .as_deref()
+                .map(serde_json::from_str)
+                .transpose()
+                .map_err(|e| format!("--filter is not JSON: {e}"))?,
+            transform: args
+                .transform
+                .as_ref()
+                .map(std::fs::read_to_string)
+                .transpose()
+                .map_err(|e| format!("--transform: {e}"))?,
+        }
+    };
     // Leftovers of an interrupted run would take the names.
     admin.delete_all().await;
     for (name, patterns) in BENCH_SUBSCRIBERS {
         let url = format!("http://{receiver}/{name}");
-        if let Err(err) = admin.create(name, patterns, &url).await {
+        if let Err(err) = admin.create(name, patterns, &url, &shape).await {
             eprintln!("loadgen: {err}");
             admin.delete_all().await;
             return Ok(ExitCode::FAILURE);
@@ -60,6 +81,21 @@ pub(crate) async fn run_deliver(args: DeliverArgs) -> Result<ExitCode, BoxError>
     let outcome = deliver_events(&args, &target, &tally).await;
     admin.delete_all().await;
     outcome
+}
+
+/// `deliver`, with `+filter` and `+transform` when the subscribers have them.
+fn mode(args: &DeliverArgs) -> String {
+    let mut mode = "deliver".to_owned();
+    if args.bench_shape {
+        mode.push_str("+filter+transform");
+    }
+    if args.filter.is_some() {
+        mode.push_str("+filter");
+    }
+    if args.transform.is_some() {
+        mode.push_str("+transform");
+    }
+    mode
 }
 
 /// Posts the events and waits for the deliveries (the subscribers exist).
@@ -95,7 +131,7 @@ pub(crate) async fn deliver_events(
     let requests = tally.requests.load(Ordering::Relaxed);
     let to_last = last_new.map(|t| t.saturating_duration_since(started));
     print_table(&[
-        ("mode", "deliver".to_owned()),
+        ("mode", mode(args)),
         ("conns", args.common.connections.to_string()),
         ("events", accepted.to_string()),
         ("deliveries", format!("{delivered}/{expected}")),

@@ -68,6 +68,7 @@ mod e2e;
 mod fill;
 mod ingest;
 mod lanes;
+mod pipeline;
 mod post;
 mod progress;
 mod receiver;
@@ -98,6 +99,7 @@ async fn main() -> ExitCode {
         Command::Storm(args) => storm::run_storm(args).await,
         Command::Isolation(args) => lanes::run_isolation(args).await,
         Command::Rate(args) => lanes::run_rate(args).await,
+        Command::Pipeline(args) => pipeline::run_pipeline(args),
         Command::SourceKeys => sources::source_keys().map(|keys| {
             print!("{keys}");
             ExitCode::SUCCESS

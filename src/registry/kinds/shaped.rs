@@ -23,7 +23,7 @@
 
 use std::sync::Arc;
 
-use reqwest::Url;
+pub use reqwest::Url;
 use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::{Value, json};
 
