@@ -82,4 +82,5 @@ pub(crate) mod ssrf;
 pub(crate) mod state;
 pub mod store;
 pub mod telemetry;
+pub mod trace_context;
 pub mod transform;

@@ -148,6 +148,9 @@ pub struct EventView {
     pub source_sequence: Option<i64>,
     /// A pulled event's timestamp at its source, when the source gives one.
     pub source_emitted_at: Option<Timestamp>,
+    /// Its W3C trace id (32 hex): the sender's, from `traceparent`, or a new one
+    /// (SPEC §13); `null` for an event stored before hookbox kept one.
+    pub trace_id: Option<String>,
     /// One entry per handler that matched.
     pub deliveries: Vec<DeliveryView>,
     /// Hex SHA-256 of the canonical payload, for idempotency checks (not shown).
@@ -172,6 +175,8 @@ pub struct NewEvent {
     pub created_at: Timestamp,
     /// The source it came from (`POST /ingest/{name}`); `None` for `POST /webhooks`.
     pub source: Option<String>,
+    /// Its place in a W3C trace (SPEC §13); `None` only in tests.
+    pub trace: Option<crate::trace_context::TraceContext>,
     /// The deliveries the registry decided on.
     pub deliveries: Vec<NewDelivery>,
     /// The version of the stored subscribers the routing table that decided
@@ -254,6 +259,9 @@ pub struct DeliveryTask {
     pub event_type: String,
     /// Canonical JSON payload.
     pub payload: std::sync::Arc<str>,
+    /// The event's trace context (each attempt is a child span); `None` for an
+    /// event stored before hookbox kept one.
+    pub trace: Option<crate::trace_context::TraceContext>,
 }
 
 /// The outcome of one attempt, to record.

@@ -180,6 +180,7 @@ async fn announce(inbox: &Inbox, event_type: &str, destination: &str, payload: &
                 origin: Origin::Operator {
                     about: destination.to_owned(),
                 },
+                trace: None,
             })
         });
     let outcome = match submission {

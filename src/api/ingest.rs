@@ -526,5 +526,6 @@ fn submission(
         key: Some(key),
         payload: Payload::new(payload),
         origin: Origin::Source(s.name.clone()),
+        trace: Some(intake::trace_of(headers)),
     })
 }

@@ -99,7 +99,15 @@ pub(crate) fn parse(
         key,
         payload: Payload::new(payload.unwrap_or_else(|| "null".to_owned())),
         origin: Origin::Webhooks,
+        trace: Some(trace_of(headers)),
     })
+}
+
+/// The request's W3C trace context: its `traceparent` (and `tracestate`) when
+/// valid, else a new trace.
+pub(crate) fn trace_of(headers: &HeaderMap) -> crate::trace_context::TraceContext {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    crate::trace_context::TraceContext::accept(text("traceparent"), text("tracestate"))
 }
 
 fn check_content_type(headers: &HeaderMap) -> Result<(), Problem> {

@@ -95,7 +95,7 @@ pub(crate) async fn attempts(
 #[serde(untagged)]
 pub(crate) enum Lookup {
     /// With `idempotency_key`: the event holding it.
-    Event(EventView),
+    Event(Box<EventView>),
     /// Without: a page of the admin listing, newest first.
     Page(Page<EventView>),
 }
@@ -131,7 +131,7 @@ pub(crate) async fn lookup_or_list(
 ) -> Result<Response, Problem> {
     if let Some(key) = params.get("idempotency_key") {
         return match store.event_by_key(key).await {
-            Ok(Some(event)) => Ok(Json(Lookup::Event(event)).into_response()),
+            Ok(Some(event)) => Ok(Json(Lookup::Event(Box::new(event))).into_response()),
             Ok(None) => Err(Problem::not_found("event")),
             Err(e) => Err(e.into()),
         };

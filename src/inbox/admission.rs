@@ -104,6 +104,8 @@ pub struct Submission {
     pub payload: Payload,
     /// Where it comes from.
     pub origin: Origin,
+    /// The sender's trace context (`None`: a new trace is started).
+    pub trace: Option<crate::trace_context::TraceContext>,
 }
 
 impl Submission {
@@ -300,6 +302,10 @@ fn new_event(s: Submission) -> NewEvent {
         payload: s.payload.text,
         created_at: Timestamp::now(),
         source,
+        trace: Some(
+            s.trace
+                .unwrap_or_else(|| crate::trace_context::TraceContext::accept(None, None)),
+        ),
         deliveries: Vec::new(),
         routing_version: 0,
         claim_lease: None,
@@ -394,6 +400,7 @@ mod tests {
             key: Some(IdempotencyKey::new(key).unwrap()),
             payload: Payload::new("null".into()),
             origin,
+            trace: None,
         };
         let rules = |names: &[&str]| Rules {
             namespaces: names.iter().map(|n| (*n).to_owned()).collect(),
@@ -434,6 +441,7 @@ mod tests {
             origin: Origin::Operator {
                 about: "billing".into(),
             },
+            trace: None,
         };
         let e = new_event(s);
         assert!(

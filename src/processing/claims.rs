@@ -651,6 +651,7 @@ mod tests {
             idempotency_key: "k".into(),
             event_type: "t".into(),
             payload: "{}".into(),
+            trace: None,
         };
         let held = task(Status::Processing);
         let held_id = held.delivery_id;

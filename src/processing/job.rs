@@ -69,6 +69,7 @@ impl Job {
                     idempotency_key: event.idempotency_key.clone(),
                     event_type: event.event_type.clone(),
                     payload: payload.clone(),
+                    trace: event.trace.clone(),
                 })),
             })
             .collect()

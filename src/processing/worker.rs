@@ -25,6 +25,7 @@ use crate::registry::{Answered, Event, Route};
 use crate::retry::{Decision, Failure, jitter};
 use crate::store::{Store, StoreError};
 use crate::telemetry::names;
+use crate::trace_context::TraceContext;
 
 /// What every worker shares.
 #[derive(Clone)]
@@ -249,7 +250,7 @@ impl Workers {
         let decided = match route.policy.decide(attempt, &failure, jitter()) {
             Decision::Retry { after } => {
                 count(route, "retry");
-                debug!(delivery = %task.delivery_id, attempt, error = %failure.message, "retry scheduled");
+                debug!(delivery = %task.delivery_id, trace_id = trace_id(task), attempt, error = %failure.message, "retry scheduled");
                 let tried = record(AttemptOutcome::Retry, Some(&failure.message));
                 let mut o = outcome(
                     task,
@@ -264,7 +265,7 @@ impl Workers {
             }
             Decision::DeadLetter => {
                 count(route, "dead_letter");
-                warn!(delivery = %task.delivery_id, handler = %route.name, attempt, error = %failure.message, "dead letter");
+                warn!(delivery = %task.delivery_id, trace_id = trace_id(task), handler = %route.name, attempt, error = %failure.message, "dead letter");
                 if !is_operator_event(&task.event_type) {
                     self.lanes.dead_lettered(Notice::DeadLettered {
                         destination: route.name.clone(),
@@ -414,6 +415,11 @@ fn verdict(result: &Result<(), Failure>, status: Option<u16>) -> Verdict {
     }
 }
 
+/// The event's trace id for log lines (empty for an event stored without one).
+fn trace_id(task: &DeliveryTask) -> &str {
+    task.trace.as_ref().map_or("", TraceContext::trace_id)
+}
+
 fn count(route: &Route, outcome: &'static str) {
     metrics::counter!(names::DELIVERIES, "handler" => route.name.clone(), "outcome" => outcome)
         .increment(1);
@@ -434,7 +440,8 @@ async fn attempt_once(
         task.payload.clone(),
         task.created_at,
         attempt,
-    );
+    )
+    .with_trace(task.trace.as_ref().map(TraceContext::child));
     let answer = event.answer();
     let call = AssertUnwindSafe(route.handler.clone().oneshot(event)).catch_unwind();
     let ran = tokio::time::timeout(route.policy.timeout, call).await;

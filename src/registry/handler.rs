@@ -41,6 +41,8 @@ pub struct Event {
     payload: Arc<str>,
     /// Where an http handler leaves the answer it got.
     answer: Answer,
+    /// This attempt's span in the event's trace (SPEC §13).
+    trace: Option<crate::trace_context::TraceContext>,
 }
 
 /// The answer to one attempt (its HTTP status and the first bytes of its body),
@@ -89,7 +91,20 @@ impl Event {
             attempt,
             payload,
             answer: Answer::default(),
+            trace: None,
         }
+    }
+
+    /// With this attempt's span in the event's trace: an http delivery sends it as
+    /// `traceparent` (and `tracestate`), an exec child gets `TRACEPARENT`.
+    pub fn with_trace(mut self, trace: Option<crate::trace_context::TraceContext>) -> Self {
+        self.trace = trace;
+        self
+    }
+
+    /// This attempt's span in the event's trace, if the event has one.
+    pub fn trace(&self) -> Option<&crate::trace_context::TraceContext> {
+        self.trace.as_ref()
     }
 
     /// Records the answer this attempt got (the http kind); the first one stays.

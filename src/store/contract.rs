@@ -77,6 +77,10 @@ fn new_event(key: &str, payload: &str, handlers: &[&str]) -> NewEvent {
         payload_sha256: format!("sha-of-{payload}"),
         created_at: Timestamp::now(),
         source: None,
+        trace: Some(crate::trace_context::TraceContext::accept(
+            Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            Some("vendor=1"),
+        )),
         routing_version: 0,
         claim_lease: None,
         deliveries: handlers
@@ -162,6 +166,23 @@ async fn intake(b: &Backend) -> NewEvent {
 
     let view = b.store.event(first.id).await.expect("event").expect("some");
     assert_eq!(view.idempotency_key, "key-a");
+    assert_eq!(
+        view.trace_id.as_deref(),
+        Some("4bf92f3577b34da6a3ce929d0e0e4736"),
+        "{}: the trace is kept",
+        b.name
+    );
+    let task = b
+        .store
+        .delivery_task(first.deliveries[0].id)
+        .await
+        .expect("task")
+        .expect("some");
+    assert_eq!(
+        task.trace, first.trace,
+        "{}: a worker gets the event's trace",
+        b.name
+    );
     assert_eq!(view.event_type, "order.created");
     assert_eq!(view.status, Status::Pending);
     assert_eq!(view.created_at, first.created_at, "{}", b.name);

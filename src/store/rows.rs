@@ -22,7 +22,7 @@ pub(super) const SUMMARY_COLUMNS: &str =
 pub(super) const EVENT_COLUMNS: &str = "id, idempotency_key, event_type, status, created_at, \
      payload_sha256, received_count, attempts, last_error, updated_at, source, \
      COALESCE(last_received_at, created_at) AS last_received_at, source_sequence, \
-     source_emitted_at";
+     source_emitted_at, traceparent";
 
 /// One column of a row, by kind, as the backend stores that kind.
 pub(super) trait RowExt {
@@ -108,6 +108,8 @@ pub(super) fn event_view(row: &impl RowExt) -> Result<EventView, StoreError> {
         last_received_at: row.timestamp("last_received_at")?,
         source_sequence: row.opt_big("source_sequence")?,
         source_emitted_at: row.opt_timestamp("source_emitted_at")?,
+        trace_id: crate::trace_context::TraceContext::stored(row.opt_text("traceparent")?, None)
+            .map(|t| t.trace_id().to_owned()),
         deliveries: Vec::new(),
         payload_sha256: s.payload_sha256,
     })
@@ -162,6 +164,10 @@ pub(super) fn delivery_task(row: &impl RowExt) -> Result<DeliveryTask, StoreErro
         idempotency_key: owned(row, "idempotency_key")?,
         event_type: owned(row, "event_type")?,
         payload: row.text("payload")?.into(),
+        trace: crate::trace_context::TraceContext::stored(
+            row.opt_text("traceparent")?,
+            row.opt_text("tracestate")?,
+        ),
     })
 }
 

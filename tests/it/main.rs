@@ -32,4 +32,5 @@ mod security;
 mod sources;
 mod status;
 mod store;
+mod tracing;
 mod transforms;

@@ -1,7 +1,8 @@
 //! `kind = "exec"`: runs a program per event.
 //!
 //! The payload JSON goes to its stdin; `HOOKBOX_EVENT_ID`, `HOOKBOX_EVENT_TYPE`,
-//! `HOOKBOX_EVENT_KEY` and `HOOKBOX_ATTEMPT` are in its environment. Exit 0 is
+//! `HOOKBOX_EVENT_KEY` and `HOOKBOX_ATTEMPT` are in its environment, and
+//! `TRACEPARENT` (with `TRACESTATE`) when the event has a trace context. Exit 0 is
 //! success, 65 (`EX_DATAERR`) a permanent failure, anything else (or a signal) a
 //! retryable one; the tail of stderr (≤ 2 KB) becomes `last_error`. There is no
 //! shell unless the command names one. The program runs in its own process group,
@@ -85,14 +86,22 @@ async fn run(spec: &Program, event: &Event) -> Result<(), HandlerError> {
     let Some((program, args)) = spec.command.split_first() else {
         return Err(HandlerError::Permanent("empty exec command".into()));
     };
-    let mut child = tokio::process::Command::new(program)
+    let mut command = tokio::process::Command::new(program);
+    command
         .args(args)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .env("HOOKBOX_EVENT_ID", event.id.to_string())
         .env("HOOKBOX_EVENT_TYPE", &event.event_type)
         .env("HOOKBOX_EVENT_KEY", &event.idempotency_key)
-        .env("HOOKBOX_ATTEMPT", event.attempt.to_string())
+        .env("HOOKBOX_ATTEMPT", event.attempt.to_string());
+    if let Some(trace) = event.trace() {
+        command.env("TRACEPARENT", trace.traceparent());
+        if let Some(state) = trace.tracestate() {
+            command.env("TRACESTATE", state);
+        }
+    }
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -152,6 +152,12 @@ async fn deliver(
         .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
         .header("webhook-id", &id)
         .header("webhook-timestamp", timestamp.to_string());
+    if let Some(trace) = event.trace() {
+        req = req.header("traceparent", trace.traceparent());
+        if let Some(state) = trace.tracestate() {
+            req = req.header("tracestate", state);
+        }
+    }
     if !target.secrets.is_empty() {
         let signature = signing::sign(&target.secrets, &id, timestamp, body.as_bytes());
         req = req.header("webhook-signature", signature);

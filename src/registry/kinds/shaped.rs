@@ -62,6 +62,8 @@ const OWN: &[&str] = &[
     "webhook-signature",
     "transfer-encoding",
     "connection",
+    "traceparent",
+    "tracestate",
 ];
 
 /// The transform's argument for a delivery whose body is `body` to `url`.

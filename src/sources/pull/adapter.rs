@@ -187,6 +187,7 @@ impl Adapter {
                             key: Some(item.key),
                             payload: item.payload,
                             origin: Origin::Source(self.name().to_owned()),
+                            trace: None,
                         },
                         sequence: item.sequence,
                         emitted_at: item.emitted_at,

@@ -30,6 +30,7 @@ use super::rows::{self, SUMMARY_COLUMNS};
 use super::young::Young;
 use crate::model::{NewEvent, Status};
 use crate::store::{EventSummary, Inserted, StoreError};
+use crate::trace_context::TraceContext;
 
 /// Most events in one batch.
 pub(super) const MAX_BATCH: usize = 1000;
@@ -62,13 +63,13 @@ pub(super) type Request = (NewEvent, oneshot::Sender<Result<Inserted, StoreError
 const INSERT_BATCH: &str = "\
 WITH e AS (
     INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256, status,
-                        created_at, updated_at, source)
+                        created_at, updated_at, source, traceparent, tracestate)
     SELECT i.id, i.idempotency_key, i.event_type, i.payload, i.payload_sha256, i.status,
-           i.created_at, i.created_at, i.source
+           i.created_at, i.created_at, i.source, i.traceparent, i.tracestate
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-                $7::timestamptz[], $8::text[])
+                $7::timestamptz[], $8::text[], $16::text[], $17::text[])
         AS i (id, idempotency_key, event_type, payload, payload_sha256, status, created_at,
-              source)
+              source, traceparent, tracestate)
     WHERE (SELECT hookbox_routed_with($13))
     ORDER BY i.idempotency_key COLLATE \"C\"
     ON CONFLICT (idempotency_key) DO UPDATE
@@ -230,6 +231,9 @@ async fn insert(
     );
     let (mut d_ids, mut d_events, mut d_handlers, mut d_values, mut d_leases) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // $16, $17: each event's trace context (SPEC §13).
+    let (mut parents, mut states): (Vec<Option<String>>, Vec<Option<&str>>) =
+        (Vec::with_capacity(n), Vec::with_capacity(n));
     for e in events {
         ids.push(e.id);
         keys.push(e.idempotency_key.as_str());
@@ -244,6 +248,8 @@ async fn insert(
         });
         times.push(e.created_at.0);
         sources.push(e.source.as_deref());
+        parents.push(e.trace.as_ref().map(TraceContext::traceparent));
+        states.push(e.trace.as_ref().and_then(TraceContext::tracestate));
         for d in &e.deliveries {
             d_ids.push(d.id);
             d_events.push(e.id);
@@ -277,6 +283,8 @@ async fn insert(
         .bind(i64::try_from(events.first().map_or(0, |e| e.routing_version)).unwrap_or(i64::MAX))
         .bind(d_leases)
         .bind(owner)
+        .bind(parents)
+        .bind(states)
         .fetch_all(&mut *conn)
         .await
         .map_err(|e| match &e {

@@ -170,6 +170,18 @@ async fn insert(conn: &mut PgConnection, event: &NewEvent) -> Result<Inserted, S
         .bind(handlers)
         .bind(values)
         .bind(&event.source)
+        .bind(
+            event
+                .trace
+                .as_ref()
+                .map(crate::trace_context::TraceContext::traceparent),
+        )
+        .bind(
+            event
+                .trace
+                .as_ref()
+                .and_then(|t| t.tracestate().map(str::to_owned)),
+        )
         .fetch_optional(&mut *conn)
         .await?;
     match row.as_ref().map(rows::summary).transpose()? {

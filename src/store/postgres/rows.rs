@@ -20,7 +20,7 @@ pub(super) use crate::store::rows::{
 /// [`DeliveryTask`](crate::model::DeliveryTask).
 pub(super) const TASK_COLUMNS: &str = "d.id, d.seq, d.handler, d.status, d.attempts, \
      d.retry_after, d.ordering_value, d.created_at, e.id AS event_id, e.idempotency_key, \
-     e.event_type, e.payload";
+     e.event_type, e.payload, e.traceparent, e.tracestate";
 
 impl RowExt for PgRow {
     fn text(&self, col: &str) -> Result<&str, StoreError> {

@@ -443,6 +443,7 @@ pub(crate) fn new_event(key: &str, payload: &str, handlers: &[&str]) -> crate::m
         payload_sha256: format!("sha-of-{payload}"),
         created_at: crate::model::Timestamp::now(),
         source: None,
+        trace: None,
         deliveries: handlers
             .iter()
             .map(|h| crate::model::NewDelivery {

@@ -20,7 +20,8 @@ use crate::store::{DueStore, StoreError};
 macro_rules! task_columns {
     () => {
         "d.id, d.handler, d.status, d.attempts, d.retry_after, d.ordering_value, \
-         d.created_at, e.id AS event_id, e.idempotency_key, e.event_type, e.payload"
+         d.created_at, e.id AS event_id, e.idempotency_key, e.event_type, e.payload, \
+         e.traceparent, e.tracestate"
     };
 }
 

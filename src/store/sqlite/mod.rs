@@ -370,7 +370,8 @@ impl Store for SqliteStore {
     async fn delivery_task(&self, delivery: Uuid) -> Result<Option<DeliveryTask>, StoreError> {
         let row = sqlx::query(
             "SELECT d.id, d.handler, d.status, d.attempts, d.retry_after, d.ordering_value, \
-                    d.created_at, e.id AS event_id, e.idempotency_key, e.event_type, e.payload \
+                    d.created_at, e.id AS event_id, e.idempotency_key, e.event_type, e.payload, \
+                    e.traceparent, e.tracestate \
              FROM deliveries d JOIN events e ON e.id = d.event_id WHERE d.id = ?",
         )
         .bind(delivery.to_string())

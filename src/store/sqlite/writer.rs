@@ -20,6 +20,7 @@ use super::rows::{self, SUMMARY_COLUMNS};
 use crate::model::{Attempt, Finish, NewDelivery, NewEvent, Status, Subscriber, Timestamp};
 use crate::store::rows::RowExt;
 use crate::store::{EventSummary, Inserted, PendingDelivery, ReplayFilter, StoreError};
+use crate::trace_context::TraceContext;
 
 /// Most operations committed in one transaction.
 const MAX_BATCH: usize = 1024;
@@ -491,7 +492,7 @@ pub(super) async fn count_receipts(
 pub(super) fn insert_events(script: &mut QueryBuilder<Sqlite>, events: &[&NewEvent]) {
     script.push(
         "INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256, \
-         status, created_at, updated_at, source) ",
+         status, created_at, updated_at, source, traceparent, tracestate) ",
     );
     script.push_values(events, |mut row, e| {
         let created = e.created_at.to_rfc3339();
@@ -510,7 +511,13 @@ pub(super) fn insert_events(script: &mut QueryBuilder<Sqlite>, events: &[&NewEve
             .push_bind(status.as_str())
             .push_bind(created.clone())
             .push_bind(created)
-            .push_bind(e.source.clone());
+            .push_bind(e.source.clone())
+            .push_bind(e.trace.as_ref().map(TraceContext::traceparent))
+            .push_bind(
+                e.trace
+                    .as_ref()
+                    .and_then(|t| t.tracestate().map(str::to_owned)),
+            );
     });
     script.push(" ON CONFLICT (idempotency_key) DO NOTHING; SELECT changes();");
 }

@@ -1,0 +1,6 @@
+-- W3C Trace Context (SPEC §13): the event's `traceparent` (hookbox's intake span
+-- in the sender's trace, or a new trace) and the sender's `tracestate`; each
+-- attempt is a child span of it. NULL for events stored before this migration
+-- (nullable columns added without a default rewrite no row).
+ALTER TABLE events ADD COLUMN traceparent text;
+ALTER TABLE events ADD COLUMN tracestate text;
