@@ -126,16 +126,22 @@ fn kept_state(text: &str) -> Option<String> {
     .then(|| text.to_owned())
 }
 
-/// `bytes` random bytes as lower-case hex, never all zeros.
+/// `bytes` random bytes as lower-case hex, never all zeros. Trace and span ids
+/// need to be unique, not secret: the thread's fast generator (seeded from the
+/// OS) serves, with no system call on the intake path.
 fn random_hex(bytes: usize) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     loop {
-        let mut raw = [0u8; 16];
-        if getrandom::fill(&mut raw[..bytes]).is_err() {
-            // No OS randomness: fall back to the process's generator.
-            raw[..bytes].iter_mut().for_each(|b| *b = fastrand::u8(..));
+        let mut text = String::with_capacity(bytes * 2);
+        let mut any = false;
+        for _ in 0..bytes {
+            let b = fastrand::u8(..);
+            any |= b != 0;
+            text.push(char::from(HEX[usize::from(b >> 4)]));
+            text.push(char::from(HEX[usize::from(b & 15)]));
         }
-        if raw[..bytes].iter().any(|b| *b != 0) {
-            return raw[..bytes].iter().map(|b| format!("{b:02x}")).collect();
+        if any {
+            return text;
         }
     }
 }
