@@ -7,6 +7,7 @@
 
 mod attempts;
 mod browser;
+mod compose;
 mod config;
 mod console;
 mod delivery;
