@@ -83,6 +83,7 @@ pub const SETTINGS: &[(&str, Option<&str>)] = &[
     ("SQLITE_SYNCHRONOUS", Some("full")),
     ("SHUTDOWN_GRACE", Some("10s")),
     ("ALLOWED_TARGETS", None),
+    ("ALLOWED_HOSTS", None),
     ("METRICS_PUBLIC", Some("true")),
     ("LEASE_TIMEOUT", Some("60s")),
     ("INSTANCE_ID", None),
@@ -207,6 +208,9 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// Private or loopback networks http handlers may reach anyway.
     pub allowed_targets: Vec<IpNet>,
+    /// Host names (besides IP literals and `localhost`) the admin routes and the
+    /// console answer under when no `ADMIN_TOKEN` is set.
+    pub allowed_hosts: Vec<String>,
     /// When false, `/metrics` needs the admin token.
     pub metrics_public: bool,
     /// PostgreSQL lease length.
@@ -298,6 +302,7 @@ impl Config {
             )?,
             shutdown_grace: s.duration("SHUTDOWN_GRACE")?,
             allowed_targets: s.cidrs("ALLOWED_TARGETS")?,
+            allowed_hosts: s.hosts("ALLOWED_HOSTS")?,
             metrics_public: s.boolean("METRICS_PUBLIC")?,
             lease_timeout: s.nonzero_duration("LEASE_TIMEOUT")?,
             instance_id: s.instance_id()?,
@@ -577,6 +582,23 @@ impl Settings {
                 let names: Vec<&str> = options.iter().map(|(k, _)| *k).collect();
                 self.invalid(name, &format!("expected one of {}", names.join(", ")))
             })
+    }
+
+    fn hosts(&self, name: &'static str) -> Result<Vec<String>, ConfigError> {
+        self.text(name)
+            .split([',', ' '])
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                let ok = s.len() <= 253
+                    && s.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-'));
+                if ok {
+                    Ok(s.to_ascii_lowercase())
+                } else {
+                    Err(self.invalid(name, &format!("{s:?} is not a host name")))
+                }
+            })
+            .collect()
     }
 
     fn cidrs(&self, name: &'static str) -> Result<Vec<IpNet>, ConfigError> {

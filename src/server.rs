@@ -86,7 +86,14 @@ pub(crate) async fn serve(
             () = &mut shutdown => break,
             accepted = accept(&listener, &permits) => accepted?,
         };
-        let service = TowerToHyperService::new(router.clone());
+        let client = crate::api::guard::ClientAddr(peer(&stream));
+        let service = TowerToHyperService::new(tower::ServiceExt::map_request(
+            router.clone(),
+            move |mut req: http::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(client);
+                req
+            },
+        ));
         let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
         tokio::spawn(async move {
             if let Err(e) = conn.await {
@@ -98,6 +105,13 @@ pub(crate) async fn serve(
     drop(listener);
     graceful.shutdown().await;
     Ok(())
+}
+
+/// The connection's peer address (unspecified when the socket cannot say).
+fn peer(stream: &TcpStream) -> std::net::IpAddr {
+    stream
+        .peer_addr()
+        .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |a| a.ip())
 }
 
 /// hyper's HTTP/1.1 connection settings for `limits`.

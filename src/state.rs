@@ -75,6 +75,8 @@ pub struct Shared {
     pub metrics: MetricsExport,
     /// Ready / draining.
     pub lifecycle: Arc<Lifecycle>,
+    /// Origin and host checks, and failed-credential counts (`ALLOWED_HOSTS`).
+    pub(crate) guard: Arc<crate::api::guard::Guard>,
 }
 
 /// Cheap-to-clone handle on [`Shared`], the axum state.

@@ -9,7 +9,7 @@ use axum::response::Response;
 use subtle::ConstantTimeEq;
 
 use crate::api::problem::Problem;
-use crate::state::AdminToken;
+use crate::state::{AdminToken, AppState};
 
 /// Ok when no token is configured or the request carries it.
 pub(crate) fn require_admin(admin: &AdminToken, headers: &HeaderMap) -> Result<(), Problem> {
@@ -34,12 +34,43 @@ pub(crate) fn require_admin(admin: &AdminToken, headers: &HeaderMap) -> Result<(
     }
 }
 
-/// Middleware for routes that are admin-only as a whole.
+/// Middleware for routes that are admin-only as a whole: the guard's origin, host
+/// and JSON checks ([`super::guard`]), then the token; a wrong token counts
+/// against the client's address, and an address past its failures gets 429.
 pub(crate) async fn admin_only(
-    State(admin): State<AdminToken>,
+    State(app): State<AppState>,
     req: Request,
     next: Next,
 ) -> Result<Response, Problem> {
-    require_admin(&admin, req.headers())?;
+    let client = client_of(&req);
+    app.guard
+        .check(req.headers(), app.admin_token.secret().is_some())?;
+    super::guard::json_only(req.headers())?;
+    checked(&app, client, req.headers())?;
     Ok(next.run(req).await)
+}
+
+/// [`require_admin`] with the throttle of wrong tokens: 429 while `client` is over
+/// its failures; a wrong (not missing) token counts one.
+pub(crate) fn checked(
+    app: &AppState,
+    client: Option<std::net::IpAddr>,
+    headers: &HeaderMap,
+) -> Result<(), Problem> {
+    if app.admin_token.secret().is_none() {
+        return Ok(());
+    }
+    app.guard.admit(client)?;
+    require_admin(&app.admin_token, headers).inspect_err(|p| {
+        if p.status == StatusCode::FORBIDDEN.as_u16() {
+            app.guard.failed(client);
+        }
+    })
+}
+
+/// The client's address, as the front door recorded it.
+pub(crate) fn client_of<B>(req: &axum::http::Request<B>) -> Option<std::net::IpAddr> {
+    req.extensions()
+        .get::<super::guard::ClientAddr>()
+        .map(|c| c.0)
 }

@@ -197,7 +197,9 @@ pub(crate) async fn headers(mut res: Response) -> Response {
     );
     set(h, "x-frame-options", "DENY");
     set(h, "x-content-type-options", "nosniff");
-    set(h, "referrer-policy", "no-referrer");
+    // same-origin, not no-referrer: under no-referrer a browser sends `Origin: null`
+    // with the console's own form posts, which the guard refuses as cross-origin.
+    set(h, "referrer-policy", "same-origin");
     set(h, "cache-control", "no-store");
     res
 }
@@ -208,6 +210,10 @@ pub(crate) async fn headers(mut res: Response) -> Response {
 /// With `ADMIN_TOKEN`: no session → a GET is sent to the login form, anything
 /// else is 403. Without: a visitor with no session gets a new one on a GET.
 pub(crate) async fn gate(State(console): State<Console>, req: Request, next: Next) -> Response {
+    let token_set = console.app.admin_token.secret().is_some();
+    if let Err(refused) = console.app.guard.check(req.headers(), token_set) {
+        return refused.into_response();
+    }
     let mut created = None;
     let session = match console.sessions.find(req.headers()) {
         Some(s) => s,

@@ -16,6 +16,7 @@ mod docs;
 mod durability;
 mod filters;
 mod frontdoor;
+mod guard;
 mod hangup;
 mod harness;
 mod instances;

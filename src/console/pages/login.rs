@@ -61,6 +61,7 @@ pub(crate) async fn form(
 /// cookie and a 303 to that page, or the form again with 401.
 pub(crate) async fn submit(
     State(console): State<Console>,
+    client: Option<axum::Extension<crate::api::guard::ClientAddr>>,
     headers: HeaderMap,
     Form(fields): Form<HashMap<String, String>>,
 ) -> Response {
@@ -68,8 +69,16 @@ pub(crate) async fn submit(
     let Some(expected) = console.app.admin_token.secret() else {
         return Redirect::to(&next).into_response();
     };
+    let client = client.map(|c| c.0.0);
+    if let Err(refused) = console.app.guard.check(&headers, true) {
+        return refused.into_response();
+    }
+    if let Err(throttled) = console.app.guard.admit(client) {
+        return throttled.into_response();
+    }
     let given = fields.get("token").map(|t| t.trim()).unwrap_or_default();
     if !bool::from(given.as_bytes().ct_eq(expected.expose().as_bytes())) {
+        console.app.guard.failed(client);
         tracing::warn!("console login with a wrong admin token");
         return (
             StatusCode::UNAUTHORIZED,

@@ -26,7 +26,12 @@ pub(crate) async fn call_api(
     path: &str,
     body: Option<Value>,
 ) -> Result<(StatusCode, Value), String> {
-    let mut req = http::Request::builder().method(method).uri(path);
+    // In-process: the console's own request passed the guard's origin and host
+    // checks already.
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(header::HOST, "localhost");
     if let Some(token) = console.app.admin_token.secret() {
         req = req.header(header::AUTHORIZATION, format!("Bearer {}", token.expose()));
     }
