@@ -47,11 +47,13 @@ pub(crate) fn parse_id(text: &str) -> Result<Uuid, Problem> {
 )]
 pub(crate) async fn by_id(
     State(store): State<Arc<dyn Store>>,
+    State(admin): State<AdminToken>,
+    headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, Problem> {
     let id = parse_id(&id)?;
     match store.event(id).await {
-        Ok(Some(event)) => Ok(Json(event).into_response()),
+        Ok(Some(event)) => Ok(Json(shown(event, &admin, &headers)).into_response()),
         Ok(None) => Err(Problem::not_found("event")),
         Err(e) => Err(e.into()),
     }
@@ -74,13 +76,19 @@ pub(crate) struct Attempts {
     responses(
         (status = 200, description = "Every attempt of every delivery, oldest first", body = Attempts),
         (status = 400, description = "`invalid_id`: not a UUID", content_type = "application/problem+json", body = Problem),
+        (status = 401, description = "`unauthorized`: an admin token is set and not given", content_type = "application/problem+json", body = Problem),
+        (status = 403, description = "`forbidden`: another token", content_type = "application/problem+json", body = Problem),
         (status = 404, description = "`not_found`: no such event", content_type = "application/problem+json", body = Problem),
     )
 )]
 pub(crate) async fn attempts(
     State(store): State<Arc<dyn Store>>,
+    State(admin): State<AdminToken>,
+    headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, Problem> {
+    // The attempts hold receivers' answers: content, not status.
+    auth::require_admin(&admin, &headers)?;
     let id = parse_id(&id)?;
     let items = store.list_attempts(id).await?;
     // No attempts: an event not tried yet, or no event at all.
@@ -126,12 +134,24 @@ pub(crate) enum Lookup {
 pub(crate) async fn lookup_or_list(
     State(store): State<Arc<dyn Store>>,
     State(admin): State<AdminToken>,
+    State(sources): State<Arc<crate::sources::live::Sources>>,
     headers: HeaderMap,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Response, Problem> {
     if let Some(key) = params.get("idempotency_key") {
+        // A source's keys (`{name}:{delivery id}`) are guessable (`ledger:1`,
+        // `ledger:2`, …): without the token they are not looked up.
+        let in_source = key
+            .split_once(':')
+            .is_some_and(|(name, _)| sources.get(name).is_some());
+        if in_source && !privileged(&admin, &headers) {
+            return Err(Problem::not_found("event"));
+        }
         return match store.event_by_key(key).await {
-            Ok(Some(event)) => Ok(Json(Lookup::Event(Box::new(event))).into_response()),
+            Ok(Some(event)) => {
+                let event = shown(event, &admin, &headers);
+                Ok(Json(Lookup::Event(Box::new(event))).into_response())
+            }
             Ok(None) => Err(Problem::not_found("event")),
             Err(e) => Err(e.into()),
         };
@@ -140,6 +160,24 @@ pub(crate) async fn lookup_or_list(
     let query = list_query(&params)?;
     let page = store.list_events(&query).await?;
     Ok(Json(Lookup::Page(page)).into_response())
+}
+
+/// True when the request may see content: no token is set, or it carries it.
+fn privileged(admin: &AdminToken, headers: &HeaderMap) -> bool {
+    auth::require_admin(admin, headers).is_ok()
+}
+
+/// An event as an open read shows it: with the token (or without one set) all of
+/// it; else its status, not its content — no `last_error`, its own or its
+/// deliveries' (receivers' answers, a program's stderr).
+fn shown(mut event: EventView, admin: &AdminToken, headers: &HeaderMap) -> EventView {
+    if !privileged(admin, headers) {
+        event.last_error = None;
+        for d in &mut event.deliveries {
+            d.last_error = None;
+        }
+    }
+    event
 }
 
 /// Reads `status`, `event_type`, `limit` and `cursor`.

@@ -129,3 +129,65 @@ fn wrong_tokens_and_logins_are_throttled_per_address() {
         "failed logins count in the same window"
     );
 }
+
+/// With `ADMIN_TOKEN` set, open reads show status, not content: before, looking
+/// up `ledger:1` … `ledger:59` without a token found every pulled event with its
+/// receivers' error bodies and attempt history.
+#[test]
+fn open_reads_show_status_not_content_without_the_token() {
+    let token = "the-right-admin-token-0123";
+    let dir = crate::harness::new_dir();
+    let fail = crate::harness::script(
+        dir.path(),
+        "fail.sh",
+        "echo 'secret-ish receiver answer' >&2; exit 65",
+    );
+    crate::harness::exec_manifest(dir.path(), "failer", r#"["lan.*"]"#, &fail, "");
+    crate::harness::write(dir.path(), "sources/lan.toml", "kind = \"none\"\n");
+    let sources = dir
+        .path()
+        .join("sources")
+        .to_str()
+        .expect("utf-8")
+        .to_owned();
+    let hb = Hookbox::restart(dir, &[("ADMIN_TOKEN", token), ("SOURCES_DIR", &sources)]);
+    let r = hb.post_raw(
+        "/ingest/lan",
+        r#"{"type": "thing"}"#,
+        "application/json",
+        &[("idempotency-key", "d-1")],
+    );
+    assert_eq!(r.status, 202, "{}", r.text);
+    let id = r.json()["id"].as_str().expect("id").to_owned();
+    hb.wait_status(&id, "failed", Duration::from_secs(20));
+    let auth = format!("Bearer {token}");
+    let open = hb.get(&format!("/webhooks/{id}")).unwrap();
+    assert_eq!(open.json()["status"], "failed", "the status is shown");
+    assert!(!open.text.contains("secret-ish"), "{}", open.text);
+    let full = hb.call(
+        "GET",
+        &format!("/webhooks/{id}"),
+        None,
+        &[("authorization", &auth)],
+    );
+    assert!(full.text.contains("secret-ish"), "{}", full.text);
+    hb.get(&format!("/webhooks/{id}/attempts"))
+        .unwrap()
+        .assert_problem(401, "unauthorized");
+    let attempts = hb.call(
+        "GET",
+        &format!("/webhooks/{id}/attempts"),
+        None,
+        &[("authorization", &auth)],
+    );
+    assert_eq!(attempts.status, 200);
+    let key = full.json()["idempotency_key"]
+        .as_str()
+        .expect("key")
+        .to_owned();
+    assert!(key.starts_with("lan:"), "{key}");
+    let lookup = format!("/webhooks?idempotency_key={key}");
+    hb.get(&lookup).unwrap().assert_problem(404, "not_found");
+    let by_key = hb.call("GET", &lookup, None, &[("authorization", &auth)]);
+    assert_eq!(by_key.json()["id"], id.as_str(), "{}", by_key.text);
+}

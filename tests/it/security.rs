@@ -90,8 +90,18 @@ fn exec_children_inherit_no_secrets_and_no_stray_variables() {
     );
     let id = post(&hb, "dump");
     hb.wait_status(&id, "failed", WAIT);
-    // GET /webhooks/{id} needs no token: whatever a child prints must be harmless.
-    let open = hb.get(&format!("/webhooks/{id}")).expect("get");
+    // With a token set, GET /webhooks/{id} without it shows status, not content;
+    // with it, the child's stderr — which must still be harmless.
+    let shown = hb.get(&format!("/webhooks/{id}")).expect("get");
+    assert_eq!(shown.status, 200);
+    assert!(shown.json()["last_error"].is_null(), "{}", shown.text);
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let open = hb.call(
+        "GET",
+        &format!("/webhooks/{id}"),
+        None,
+        &[("authorization", &auth)],
+    );
     assert_eq!(open.status, 200);
     assert!(
         open.text.contains("PATH="),
