@@ -11,7 +11,6 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use http::StatusCode;
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::api::problem::Problem;
 use crate::sources::live::{SourceView, Sources};
@@ -77,15 +76,19 @@ pub(crate) async fn reset(
             )),
         );
     };
-    let body: Value = serde_json::from_slice(&body)
+    // Canonical text, numbers exactly as sent (12345678901234567890123 stays that,
+    // 1.10 stays 1.10): a cursor is the source's own value, never rounded.
+    let text =
+        std::str::from_utf8(&body).map_err(|_| Problem::invalid_body("the body is not UTF-8"))?;
+    let members = crate::json::canonical_members(text)
         .map_err(|e| Problem::invalid_body(format!("the body is not JSON: {e}")))?;
-    let cursor = body
-        .as_object()
-        .and_then(|o| o.get("cursor"))
+    let cursor = members
+        .and_then(|m| m.into_iter().find(|(k, _)| k == "cursor"))
+        .map(|(_, v)| v)
         .ok_or_else(|| {
             Problem::invalid_body("expected {\"cursor\": …} (null: from the beginning)")
         })?;
-    let cursor = (!cursor.is_null()).then(|| cursor.to_string());
+    let cursor = (cursor != "null").then_some(cursor);
     let store = sources
         .cursors()
         .ok_or_else(|| Problem::unavailable("no cursor store"))?;

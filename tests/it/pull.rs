@@ -657,3 +657,21 @@ fn sources_check_validates_pull_manifests_and_names_the_header_variable() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("ledger.toml: url:"), "{err}");
 }
+
+on_both_backends! {
+    /// A cursor is the source's own value: reset to a number no f64 holds, or
+    /// written `1.10`, it is stored and shown exactly as sent (before, the first
+    /// became `1.2345678901234568e+22` and the second `1.1`).
+    fn a_reset_cursor_keeps_its_number_exactly(db: &Db) {
+        let dir = poll_dir("http://127.0.0.1:9/events", "");
+        let hb = start(&dir, db, &[]);
+        for exact in ["12345678901234567890123", "1.10", "\"after-7\""] {
+            let body = format!("{{\"cursor\": {exact}}}");
+            let r = hb.post_raw("/sources/ledger/reset", &body, "application/json", &[]);
+            assert_eq!(r.status, 200, "{}", r.text);
+            assert!(r.text.contains(&format!("\"cursor\":{exact}")), "{exact}: {}", r.text);
+            let listed = hb.get("/sources").unwrap().text;
+            assert!(listed.contains(&format!("\"cursor\":{exact}")), "{exact}: {listed}");
+        }
+    }
+}

@@ -58,10 +58,11 @@ fn counts(view: &SourceView, now: Timestamp) -> Markup {
 
 /// Where a pull source reads from and how far it got.
 fn pull_facts(pull: &PullView, now: Timestamp) -> Markup {
-    let cursor = match &pull.cursor {
-        Value::Null => "— (from the beginning)".to_owned(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
+    let raw = pull.cursor.get();
+    let cursor = match serde_json::from_str::<Value>(raw) {
+        Ok(Value::Null) => "— (from the beginning)".to_owned(),
+        Ok(Value::String(s)) => s,
+        _ => raw.to_owned(), // numbers and the rest exactly as committed
     };
     html! {
         dl.facts {

@@ -9,7 +9,6 @@
 use std::sync::Mutex;
 
 use serde::Serialize;
-use serde_json::Value;
 use tokio::sync::Notify;
 
 use crate::model::Timestamp;
@@ -56,8 +55,9 @@ struct Inner {
 pub struct PullView {
     /// The upstream URL without credentials or query.
     pub url: String,
-    /// The committed cursor (`null`: from the beginning).
-    pub cursor: Value,
+    /// The committed cursor (`null`: from the beginning), as the JSON text it was
+    /// committed with: a number is shown exactly, never rounded.
+    pub cursor: Box<serde_json::value::RawValue>,
     /// When the cursor was last committed or reset.
     pub cursor_updated_at: Option<Timestamp>,
     /// `running`, `backing_off`, `paused`, `standby` or `stopped`.
@@ -156,9 +156,9 @@ impl PullStatus {
         PullView {
             url,
             cursor: row
-                .and_then(|r| r.cursor.as_deref())
-                .and_then(|c| serde_json::from_str(c).ok())
-                .unwrap_or(Value::Null),
+                .and_then(|r| r.cursor.clone())
+                .and_then(|c| serde_json::value::RawValue::from_string(c).ok())
+                .unwrap_or_else(null),
             cursor_updated_at: row.and_then(|r| r.updated_at),
             state: inner.state,
             last_error: inner.last_error.clone(),
@@ -167,4 +167,10 @@ impl PullStatus {
             cursor_lag_seconds: lag,
         }
     }
+}
+
+/// JSON `null`, as a raw value.
+fn null() -> Box<serde_json::value::RawValue> {
+    serde_json::value::RawValue::from_string("null".to_owned())
+        .unwrap_or_else(|_| unreachable!("null is JSON"))
 }
