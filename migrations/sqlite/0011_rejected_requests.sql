@@ -4,7 +4,8 @@
 -- (`unverified`) from verified ones refused later (`verified`), so a flood of
 -- unsigned junk cannot push a real sender's entries out: each class has its own
 -- bounds. `headers` is a JSON array of [name, value] pairs without the
--- secret-bearing ones; `body` the raw bytes as sent; `received_at` unix ms.
+-- secret-bearing ones; `body` the raw bytes as sent; `received_at` unix ms;
+-- `delivery_id` the sender's id when it could be read (erasure finds copies by it).
 CREATE TABLE rejected_requests (
     id          TEXT PRIMARY KEY,
     source      TEXT NOT NULL,
@@ -17,8 +18,10 @@ CREATE TABLE rejected_requests (
     headers     TEXT NOT NULL,
     body        BLOB NOT NULL,
     body_bytes  INTEGER NOT NULL,
+    delivery_id TEXT,
     retryable   INTEGER NOT NULL
 );
 CREATE INDEX rejected_by_class ON rejected_requests (source, class, id, body_bytes);
 CREATE INDEX rejected_by_source ON rejected_requests (source, id);
 CREATE INDEX rejected_by_age ON rejected_requests (received_at);
+CREATE INDEX rejected_by_delivery ON rejected_requests (source, delivery_id);

@@ -99,7 +99,7 @@ pub(crate) async fn ingest(
         ),
     };
     if refused.logged {
-        let row = rejected::entry(
+        let mut row = rejected::entry(
             &source.source,
             received_at,
             refused.refusal(),
@@ -107,9 +107,18 @@ pub(crate) async fn ingest(
             &body,
             refused.verified,
         );
+        row.delivery_id = delivery_of(&source.source, &parts.headers, &body);
         source.rejected(row).await;
     }
     refused.problem.into_response()
+}
+
+/// The sender's delivery id of a request, when it can be read (best effort: a
+/// refused request's body may not parse): erasing an event finds the rejected
+/// copies of its delivery by it.
+fn delivery_of(s: &crate::sources::Source, headers: &HeaderMap, body: &[u8]) -> Option<String> {
+    let payload = identify::payload(headers, body).ok()?;
+    s.delivery_id.read(headers, &payload, body)
 }
 
 /// A verified request's answer, with how many new events and redeliveries it

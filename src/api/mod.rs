@@ -13,6 +13,7 @@
 pub(crate) mod auth;
 pub(crate) mod dead_letters;
 pub(crate) mod destinations;
+pub(crate) mod erase;
 pub(crate) mod guard;
 pub(crate) mod ingest;
 pub(crate) mod intake;

@@ -12,7 +12,7 @@ use utoipa_axum::router::UtoipaMethodRouter;
 use utoipa_axum::routes;
 
 use super::{
-    dead_letters, destinations, ingest, intake, preview, probes, rejected, sources, status,
+    dead_letters, destinations, erase, ingest, intake, preview, probes, rejected, sources, status,
     subscribers,
 };
 use crate::state::AppState;
@@ -51,6 +51,7 @@ pub(crate) fn table() -> Vec<Route> {
         route(Intake, routes!(intake::intake)),
         route(Open, routes!(status::lookup_or_list)),
         route(Open, routes!(status::by_id)),
+        route(Admin, routes!(erase::erase)),
         route(Open, routes!(status::attempts)),
         route(Admin, routes!(dead_letters::replay_event)),
         route(Admin, routes!(dead_letters::list)),

@@ -224,6 +224,7 @@ pub fn entry(
         body: if whole { body.to_vec() } else { Vec::new() },
         body_bytes: body.len() as u64,
         retryable: whole && !proof_redacted,
+        delivery_id: None,
     }
 }
 

@@ -185,11 +185,49 @@ pub(crate) mod sql {
     pub(crate) const SAVE_DESTINATION: &str = "INSERT INTO destinations (name, state) \
         VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET state = excluded.state";
 
+    /// Erases an event (on SQLite its deliveries and attempts go with it, by
+    /// cascade; PostgreSQL has its own statement) unless one of its deliveries is
+    /// being attempted; bind: id. Answers its key and source.
+    pub(crate) const ERASE_EVENT: &str = "DELETE FROM events WHERE id = $1 \
+        AND NOT EXISTS (SELECT 1 FROM deliveries WHERE event_id = $1 AND status = 'processing') \
+        RETURNING idempotency_key, source";
+
+    /// Whether an event exists; bind: id.
+    pub(crate) const EVENT_EXISTS: &str = "SELECT 1 FROM events WHERE id = $1";
+
     /// Every subscriber, by name.
     pub(crate) const SELECT_SUBSCRIBERS: &str = "SELECT name, event_types, url, secret, \
         ordering_key, max_attempts, backoff, active, created_at, updated_at, \
         max_in_flight, rate_limit, disable_after, filter, transform FROM subscribers \
         ORDER BY name";
+}
+
+/// What [`Store::erase`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Erasure {
+    /// Gone: its idempotency key and source (to erase the copies elsewhere).
+    Erased {
+        /// Its idempotency key.
+        idempotency_key: String,
+        /// The source it came from.
+        source: Option<String>,
+    },
+    /// A delivery of it is being attempted: nothing was erased.
+    InProgress,
+    /// No such event.
+    NotFound,
+}
+
+/// Decodes [`sql::ERASE_EVENT`]'s answer, or tells in-progress from unknown.
+pub(crate) fn erasure(erased: Option<(String, Option<String>)>, exists: bool) -> Erasure {
+    match (erased, exists) {
+        (Some((idempotency_key, source)), _) => Erasure::Erased {
+            idempotency_key,
+            source,
+        },
+        (None, true) => Erasure::InProgress,
+        (None, false) => Erasure::NotFound,
+    }
 }
 
 /// One handler's unfinished deliveries ([`Store::destination_backlog`]).
@@ -451,6 +489,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Deletes a subscriber; false when there is none of that name.
     async fn delete_subscriber(&self, name: &str) -> Result<bool, StoreError>;
+
+    /// Erases an event: payload, deliveries, attempts (and on SQLite its recent
+    /// key) — unless an attempt of it is running.
+    async fn erase(&self, id: Uuid) -> Result<Erasure, StoreError>;
 }
 
 /// Which dead letters to replay (all given filters apply).

@@ -96,6 +96,8 @@ pub struct RejectedRow {
     pub body_bytes: u64,
     /// False when what proved it was not kept (a token header, a cut body).
     pub retryable: bool,
+    /// The sender's delivery id, when it could be read (erasure finds it by this).
+    pub delivery_id: Option<String>,
 }
 
 /// The rejected-log side of a store.
@@ -130,16 +132,23 @@ pub trait RejectedStore: Send + Sync + 'static {
 
     /// Drops every entry received before `before` (unix ms); how many.
     async fn purge_rejected(&self, before: i64) -> Result<u64, StoreError>;
+
+    /// Drops a source's entries of one delivery id (erasure); how many.
+    async fn forget_delivery(&self, source: &str, delivery_id: &str) -> Result<u64, StoreError>;
 }
 
 /// SQL that both backends run as it is. (Placeholders first appear in their
 /// order: SQLite numbers them by first appearance.)
 pub(crate) mod sql {
     /// Binds: id, source, class, received_at, reason, status, code, detail,
-    /// headers, body, body_bytes, retryable.
+    /// headers, body, body_bytes, retryable, delivery_id.
     pub(crate) const INSERT: &str = "INSERT INTO rejected_requests (id, source, class, \
-        received_at, reason, status, code, detail, headers, body, body_bytes, retryable) \
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+        received_at, reason, status, code, detail, headers, body, body_bytes, retryable, \
+        delivery_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+
+    /// Binds: source, delivery_id.
+    pub(crate) const FORGET_DELIVERY: &str =
+        "DELETE FROM rejected_requests WHERE source = $1 AND delivery_id = $2";
 
     /// Drops what is beyond the bounds of one source's class, always keeping its
     /// newest entry; binds: source, class, count, bytes, oldest received_at.
@@ -152,13 +161,13 @@ pub(crate) mod sql {
 
     /// Binds: preview bytes, source, since, limit.
     pub(crate) const LIST: &str = "SELECT id, source, class, received_at, reason, status, \
-        code, detail, headers, body_bytes, retryable, substr(body, 1, $1) AS body \
+        code, detail, headers, body_bytes, retryable, delivery_id, substr(body, 1, $1) AS body \
         FROM rejected_requests WHERE source = $2 AND received_at >= $3 \
         ORDER BY id DESC LIMIT $4";
 
     /// Binds: source, id.
     pub(crate) const ONE: &str = "SELECT id, source, class, received_at, reason, status, \
-        code, detail, headers, body_bytes, retryable, body \
+        code, detail, headers, body_bytes, retryable, delivery_id, body \
         FROM rejected_requests WHERE source = $1 AND id = $2";
 
     /// Binds: source, since.
@@ -205,6 +214,7 @@ pub(super) fn row(r: &impl super::rows::RowExt) -> Result<RejectedRow, StoreErro
         body: r.blob("body")?,
         body_bytes: u64::try_from(r.long("body_bytes")?).unwrap_or(0),
         retryable: r.flag("retryable")?,
+        delivery_id: r.opt_text("delivery_id")?.map(str::to_owned),
     })
 }
 
@@ -231,6 +241,7 @@ mod tests {
             body: vec![b'a'; bytes],
             body_bytes: bytes as u64,
             retryable: n % 2 == 0,
+            delivery_id: Some(format!("d-{n}")),
         }
     }
 
@@ -320,6 +331,18 @@ mod tests {
             (read.reason.as_str(), read.detail.as_str()),
             ("timestamp", "again")
         );
+        assert_eq!(
+            store.forget_delivery("src", "d-12").await.expect("forget"),
+            1,
+            "{name}"
+        );
+        assert!(
+            store
+                .rejected_one("src", unverified[0].id)
+                .await
+                .expect("one")
+                .is_none()
+        );
         assert!(store.forget("src", kept.id).await.expect("forget"));
         assert!(
             !store.forget("src", kept.id).await.expect("forget"),
@@ -327,7 +350,7 @@ mod tests {
         );
         assert_eq!(
             store.purge_rejected(now.millis() + 1).await.expect("purge"),
-            2,
+            1,
             "{name}"
         );
     }

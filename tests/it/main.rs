@@ -14,6 +14,7 @@ mod delivery;
 mod destinations;
 mod docs;
 mod durability;
+mod erase;
 mod filters;
 mod frontdoor;
 mod guard;

@@ -193,6 +193,20 @@ const PURGE: &str = "WITH doomed AS MATERIALIZED (
 )
 DELETE FROM events WHERE id = ANY (ARRAY(SELECT id FROM doomed))";
 
+/// Erases an event with its deliveries and attempts (PostgreSQL keeps no foreign
+/// keys on them: retention deletes them the same way) unless one of its
+/// deliveries is being attempted; bind: id. Answers its key and source.
+const ERASE: &str = "WITH gone AS (
+    DELETE FROM events WHERE id = $1
+      AND NOT EXISTS (SELECT 1 FROM deliveries WHERE event_id = $1 AND status = 'processing')
+    RETURNING id, idempotency_key, source
+), deliveries_gone AS (
+    DELETE FROM deliveries WHERE event_id IN (SELECT id FROM gone)
+), attempts_gone AS (
+    DELETE FROM attempts WHERE event_id IN (SELECT id FROM gone)
+)
+SELECT idempotency_key, source FROM gone";
+
 /// Inserts an event and its deliveries unless its key is taken. One statement, so
 /// one atomic commit. When the key is taken by an event of the same type and
 /// payload (a retry, answered 200), the same statement counts the receipt on that
@@ -527,6 +541,27 @@ impl Store for PgStore {
             .execute(&self.pool)
             .await?;
         Ok(done.rows_affected() > 0)
+    }
+
+    async fn erase(&self, id: Uuid) -> Result<crate::store::Erasure, StoreError> {
+        let erased = sqlx::query(ERASE)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .map(|r| -> Result<_, StoreError> {
+                Ok((
+                    r.text("idempotency_key")?.to_owned(),
+                    r.opt_text("source")?.map(str::to_owned),
+                ))
+            })
+            .transpose()?;
+        let exists = erased.is_none()
+            && sqlx::query(super::sql::EVENT_EXISTS)
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?
+                .is_some();
+        Ok(crate::store::erasure(erased, exists))
     }
 }
 

@@ -26,6 +26,7 @@ fn insert(r: &RejectedRow) -> Query<'_> {
         .bind(&r.body)
         .bind(i64::try_from(r.body_bytes).unwrap_or(i64::MAX))
         .bind(r.retryable)
+        .bind(&r.delivery_id)
 }
 
 #[async_trait]
@@ -103,6 +104,15 @@ impl RejectedStore for PgStore {
             .execute(&self.pool)
             .await?;
         Ok(done.rows_affected() > 0)
+    }
+
+    async fn forget_delivery(&self, source: &str, delivery_id: &str) -> Result<u64, StoreError> {
+        let done = sqlx::query(sql::FORGET_DELIVERY)
+            .bind(source)
+            .bind(delivery_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
     }
 
     async fn purge_rejected(&self, before: i64) -> Result<u64, StoreError> {

@@ -530,6 +530,39 @@ impl Store for SqliteStore {
         })
         .await
     }
+
+    async fn erase(&self, id: Uuid) -> Result<crate::store::Erasure, StoreError> {
+        let recent = self.recent.clone();
+        self.send(|reply| {
+            writer::solo(reply, move |conn| {
+                Box::pin(async move {
+                    let erased = sqlx::query(crate::store::sql::ERASE_EVENT)
+                        .bind(id.to_string())
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                    let erased = erased
+                        .map(|r| -> Result<_, StoreError> {
+                            Ok((
+                                r.text("idempotency_key")?.to_owned(),
+                                r.opt_text("source")?.map(str::to_owned),
+                            ))
+                        })
+                        .transpose()?;
+                    let exists = erased.is_none()
+                        && sqlx::query(crate::store::sql::EVENT_EXISTS)
+                            .bind(id.to_string())
+                            .fetch_optional(&mut *conn)
+                            .await?
+                            .is_some();
+                    if erased.is_some() {
+                        recent::forget(&recent, &[id]);
+                    }
+                    Ok(crate::store::erasure(erased, exists))
+                })
+            })
+        })
+        .await
+    }
 }
 
 /// The plan of `sql` (bound to `binds`) on a fresh migrated database, one line per

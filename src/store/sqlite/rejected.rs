@@ -27,6 +27,7 @@ fn insert(r: &RejectedRow) -> Query<'static> {
         .bind(r.body.clone())
         .bind(i64::try_from(r.body_bytes).unwrap_or(i64::MAX))
         .bind(r.retryable)
+        .bind(r.delivery_id.clone())
 }
 
 #[async_trait]
@@ -118,6 +119,18 @@ impl RejectedStore for SqliteStore {
         self.send(|reply| {
             writer::solo(reply, move |conn| {
                 Box::pin(async move { Ok(q.execute(&mut *conn).await?.rows_affected() > 0) })
+            })
+        })
+        .await
+    }
+
+    async fn forget_delivery(&self, source: &str, delivery_id: &str) -> Result<u64, StoreError> {
+        let q = sqlx::query(sql::FORGET_DELIVERY)
+            .bind(source.to_owned())
+            .bind(delivery_id.to_owned());
+        self.send(|reply| {
+            writer::solo(reply, move |conn| {
+                Box::pin(async move { Ok(q.execute(&mut *conn).await?.rows_affected()) })
             })
         })
         .await

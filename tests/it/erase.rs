@@ -1,0 +1,100 @@
+//! `DELETE /webhooks/{id}` (SPEC §14) on the real binary, both backends: the event,
+//! its deliveries and attempts, the rejected copies of its delivery and its
+//! recent key are gone, and its key may be used again; a delivery waiting for its
+//! retry never runs; an attempt that is running makes it 409.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::harness::{
+    Hookbox, exec_manifest, http_manifest, new_dir, on_both_backends, script, write,
+};
+use crate::receiver::{Answer, Receiver};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+on_both_backends! {
+    fn an_erased_event_leaves_nothing_behind(db: &Db) {
+        let rx = Receiver::start();
+        rx.then(Answer::status(500));
+        let dir = new_dir();
+        write(dir.path(), "sources/gh.toml", "kind = \"github\"\nsecret_env = \"GH\"\n");
+        http_manifest(dir.path(), "later", r#"["gh.*"]"#, &format!("{}/later", rx.url), "backoff = [\"2s\"]", "");
+        let sources = dir.path().join("sources").to_str().expect("utf-8").to_owned();
+        let env = [("SOURCES_DIR", sources.as_str()), ("ALLOWED_TARGETS", "127.0.0.0/8"), ("GH", "gh-secret")];
+        let hb = Hookbox::restart(dir, &db.env(&env));
+        // As GitHub sends it: delivery d-1, signed (computed here with the hmac crate).
+        let send = |body: &str| {
+            use hmac::{Hmac, KeyInit, Mac};
+            let mut mac = <Hmac<sha2::Sha256> as KeyInit>::new_from_slice(b"gh-secret").expect("key");
+            mac.update(body.as_bytes());
+            let sig: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
+            let sig = format!("sha256={sig}");
+            let headers = [("x-github-event", "push"), ("x-github-delivery", "d-1"), ("x-hub-signature-256", sig.as_str())];
+            hb.post_raw("/ingest/gh", body, "application/json", &headers)
+        };
+        let r = send(r#"{"n": 1}"#);
+        assert_eq!(r.status, 202, "{}", r.text);
+        let id = r.json()["id"].as_str().expect("id").to_owned();
+        // The same delivery id with another body: refused, kept in the log.
+        send(r#"{"n": 2}"#).assert_problem(422, "idempotency_key_reused");
+        assert_eq!(hb.get("/sources/gh/rejected").unwrap().json()["items"].as_array().map(Vec::len), Some(1));
+        // The first attempt fails; its retry waits 2 s (recorded: pending again).
+        rx.wait_for(1, WAIT);
+        crate::harness::eventually(WAIT, "the retry to wait", || {
+            let ev = hb.get(&format!("/webhooks/{id}")).unwrap().json();
+            let d = &ev["deliveries"][0];
+            (d["attempts"] == 1 && d["status"] == "pending").then_some(())
+        });
+        let erased = hb.call("DELETE", &format!("/webhooks/{id}"), None, &[]);
+        assert_eq!(erased.status, 204, "{}", erased.text);
+        hb.get(&format!("/webhooks/{id}")).unwrap().assert_problem(404, "not_found");
+        hb.get(&format!("/webhooks/{id}/attempts")).unwrap().assert_problem(404, "not_found");
+        assert_eq!(hb.get("/sources/gh/rejected").unwrap().json()["items"].as_array().map(Vec::len), Some(0));
+        hb.call("DELETE", &format!("/webhooks/{id}"), None, &[]).assert_problem(404, "not_found");
+        std::thread::sleep(Duration::from_secs(3));
+        assert_eq!(rx.requests().len(), 1, "the waiting retry never ran");
+        // Its key may be used again: a new event.
+        let again = send(r#"{"n": 3}"#);
+        assert_eq!(again.status, 202, "{}", again.text);
+        assert_ne!(again.json()["id"], id.as_str());
+    }
+}
+
+#[test]
+fn a_running_attempt_makes_erasure_409_and_bad_ids_are_refused() {
+    let dir = new_dir();
+    let slow = script(dir.path(), "slow.sh", "cat >/dev/null; sleep 3");
+    exec_manifest(dir.path(), "slow", r#"["slow.*"]"#, &slow, "");
+    let hb = Hookbox::restart(dir, &[]);
+    let r = hb.post(&json!({"event_type": "slow.one", "payload": {}}), &[]);
+    let id = r.json()["id"].as_str().expect("id").to_owned();
+    hb.wait_status(&id, "processing", WAIT);
+    hb.call("DELETE", &format!("/webhooks/{id}"), None, &[])
+        .assert_problem(409, "event_in_progress");
+    hb.wait_status(&id, "completed", WAIT);
+    assert_eq!(
+        hb.call("DELETE", &format!("/webhooks/{id}"), None, &[])
+            .status,
+        204
+    );
+    hb.call("DELETE", "/webhooks/not-a-uuid", None, &[])
+        .assert_problem(400, "invalid_id");
+}
+
+#[test]
+fn erasure_needs_the_admin_token() {
+    let hb = Hookbox::start(&[("ADMIN_TOKEN", "the-right-admin-token-0123")]);
+    let r = hb.post(&json!({"event_type": "a.b", "payload": {}}), &[]);
+    let id = r.json()["id"].as_str().expect("id").to_owned();
+    hb.call("DELETE", &format!("/webhooks/{id}"), None, &[])
+        .assert_problem(401, "unauthorized");
+    let ok = hb.call(
+        "DELETE",
+        &format!("/webhooks/{id}"),
+        None,
+        &[("authorization", "Bearer the-right-admin-token-0123")],
+    );
+    assert_eq!(ok.status, 204);
+}
