@@ -159,20 +159,7 @@ pub(crate) fn json_only(headers: &HeaderMap) -> Result<(), Problem> {
     if !has_body {
         return Ok(());
     }
-    let mime = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| {
-            v.split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase()
-        })
-        .unwrap_or_default();
-    let json =
-        mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"));
-    if json {
+    if super::intake::says_json(headers) {
         Ok(())
     } else {
         Err(

@@ -111,6 +111,18 @@ pub(crate) fn trace_of(headers: &HeaderMap) -> crate::trace_context::TraceContex
 }
 
 fn check_content_type(headers: &HeaderMap) -> Result<(), Problem> {
+    if says_json(headers) {
+        Ok(())
+    } else {
+        Err(
+            Problem::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+                .detail("send the event as Content-Type: application/json"),
+        )
+    }
+}
+
+/// Whether `Content-Type` is `application/json` or `application/*+json`.
+pub(crate) fn says_json(headers: &HeaderMap) -> bool {
     let mime = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -120,15 +132,9 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), Problem> {
                 .unwrap_or("")
                 .trim()
                 .to_ascii_lowercase()
-        });
-    match mime.as_deref() {
-        Some("application/json") => Ok(()),
-        Some(m) if m.starts_with("application/") && m.ends_with("+json") => Ok(()),
-        _ => Err(
-            Problem::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
-                .detail("send the event as Content-Type: application/json"),
-        ),
-    }
+        })
+        .unwrap_or_default();
+    mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
 }
 
 /// Refuses an event type that is empty, over 255 bytes or outside
