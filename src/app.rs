@@ -257,7 +257,7 @@ impl App {
                 prometheus,
             },
             lifecycle,
-            guard: Arc::new(crate::api::guard::Guard::new(config.allowed_hosts.clone())),
+            guard: Arc::new(crate::guard::Guard::new(config.allowed_hosts.clone())),
         });
         let listener = TcpListener::bind(config.bind_addr)
             .await

@@ -61,6 +61,7 @@ pub(crate) mod api;
 pub mod app;
 pub mod config;
 pub(crate) mod console;
+pub(crate) mod guard;
 pub(crate) mod idempotency_cache;
 pub(crate) mod inbox;
 pub(crate) mod json;

@@ -86,7 +86,7 @@ pub(crate) async fn serve(
             () = &mut shutdown => break,
             accepted = accept(&listener, &permits) => accepted?,
         };
-        let client = crate::api::guard::ClientAddr(peer(&stream));
+        let client = crate::guard::ClientAddr(peer(&stream));
         let service = TowerToHyperService::new(tower::ServiceExt::map_request(
             router.clone(),
             move |mut req: http::Request<hyper::body::Incoming>| {

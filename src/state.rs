@@ -76,7 +76,7 @@ pub struct Shared {
     /// Ready / draining.
     pub lifecycle: Arc<Lifecycle>,
     /// Origin and host checks, and failed-credential counts (`ALLOWED_HOSTS`).
-    pub(crate) guard: Arc<crate::api::guard::Guard>,
+    pub(crate) guard: Arc<crate::guard::Guard>,
 }
 
 /// Cheap-to-clone handle on [`Shared`], the axum state.

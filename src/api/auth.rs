@@ -45,7 +45,7 @@ pub(crate) async fn admin_only(
     let client = client_of(&req);
     app.guard
         .check(req.headers(), app.admin_token.secret().is_some())?;
-    super::guard::json_only(req.headers())?;
+    crate::guard::json_only(req.headers())?;
     checked(&app, client, req.headers())?;
     Ok(next.run(req).await)
 }
@@ -71,6 +71,6 @@ pub(crate) fn checked(
 /// The client's address, as the front door recorded it.
 pub(crate) fn client_of<B>(req: &axum::http::Request<B>) -> Option<std::net::IpAddr> {
     req.extensions()
-        .get::<super::guard::ClientAddr>()
+        .get::<crate::guard::ClientAddr>()
         .map(|c| c.0)
 }

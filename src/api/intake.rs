@@ -111,7 +111,7 @@ pub(crate) fn trace_of(headers: &HeaderMap) -> crate::trace_context::TraceContex
 }
 
 fn check_content_type(headers: &HeaderMap) -> Result<(), Problem> {
-    if says_json(headers) {
+    if crate::guard::says_json(headers) {
         Ok(())
     } else {
         Err(
@@ -119,22 +119,6 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), Problem> {
                 .detail("send the event as Content-Type: application/json"),
         )
     }
-}
-
-/// Whether `Content-Type` is `application/json` or `application/*+json`.
-pub(crate) fn says_json(headers: &HeaderMap) -> bool {
-    let mime = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| {
-            v.split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase()
-        })
-        .unwrap_or_default();
-    mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
 }
 
 /// Refuses an event type that is empty, over 255 bytes or outside

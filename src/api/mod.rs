@@ -14,7 +14,6 @@ pub(crate) mod auth;
 pub(crate) mod dead_letters;
 pub(crate) mod destinations;
 pub(crate) mod erase;
-pub(crate) mod guard;
 pub(crate) mod ingest;
 pub(crate) mod intake;
 pub(crate) mod openapi;

@@ -133,6 +133,16 @@ impl IntoResponse for Problem {
     }
 }
 
+impl From<crate::guard::Refusal> for Problem {
+    fn from(r: crate::guard::Refusal) -> Self {
+        let problem = Self::new(r.status, r.code).detail(r.detail);
+        match r.retry_after {
+            Some(seconds) => problem.retry_after(seconds),
+            None => problem,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

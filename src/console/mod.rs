@@ -212,7 +212,7 @@ pub(crate) async fn headers(mut res: Response) -> Response {
 pub(crate) async fn gate(State(console): State<Console>, req: Request, next: Next) -> Response {
     let token_set = console.app.admin_token.secret().is_some();
     if let Err(refused) = console.app.guard.check(req.headers(), token_set) {
-        return refused.into_response();
+        return crate::api::problem::Problem::from(refused).into_response();
     }
     let mut created = None;
     let session = match console.sessions.find(req.headers()) {

@@ -8,12 +8,13 @@ use std::time::Instant;
 use crate::BoxError;
 use crate::cli::IngestArgs;
 use crate::conn::{Target, check_reachable};
+use crate::post::Provider;
 use crate::post::{Budget, Shared, event_body, post_events};
 use crate::progress::{progress_bar, spawn_progress};
 use crate::report::{
     Summary, exit_code, format_micros, non_2xx_total, per_second, print_details, print_table,
 };
-use crate::sources::{Provider, github_signature, presign, provider_body};
+use crate::sources::{github_signature, presign, provider_body};
 
 /// `ingest`: posts for a fixed duration and prints throughput and latency.
 pub(crate) async fn run_ingest(args: IngestArgs) -> Result<ExitCode, BoxError> {

@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::header::{CONTENT_TYPE, HOST, RETRY_AFTER};
+use hyper::HeaderMap;
+use hyper::header::{CONTENT_TYPE, HOST, HeaderValue, RETRY_AFTER};
 use hyper::{Method, Request, Response, StatusCode};
 
 use crate::BoxError;
 use crate::conn::{Connection, Target};
 use crate::progress::{Counted, progress_bar, spawn_progress};
-use crate::sources::Provider;
 
 /// Longest wait honoured from a `Retry-After` answer in `e2e` mode.
 pub(crate) const MAX_RETRY_WAIT: Duration = Duration::from_secs(1);
@@ -35,7 +35,7 @@ pub(crate) struct Shared {
     /// request repeats one of `key_space` keys); `None`: every key is new.
     pub(crate) key_space: Option<u64>,
     /// Where and how it posts: `/webhooks`, or as a provider (`ingest --source`).
-    pub(crate) provider: crate::sources::Provider,
+    pub(crate) provider: Provider,
     pub(crate) budget: Budget,
     /// In `e2e` mode: retry 429/503 and failed requests with the same key.
     pub(crate) retry_rejected: bool,
@@ -43,6 +43,16 @@ pub(crate) struct Shared {
     pub(crate) responses: AtomicU64,
     /// 2xx responses received so far (for the progress line).
     pub(crate) accepted: AtomicU64,
+}
+
+/// How a run posts: to `/webhooks`, or as a provider.
+pub(crate) enum Provider {
+    /// `POST /webhooks` with an `Idempotency-Key`.
+    Intake,
+    /// GitHub: `X-Hub-Signature-256` of the one body; the key in `X-GitHub-Delivery`.
+    Github(HeaderValue),
+    /// Requests signed beforehand: request `i` gets body `i` and these headers.
+    Presigned(Vec<HeaderMap>),
 }
 
 /// When the posting tasks stop.

@@ -23,16 +23,6 @@ const DISCORD_SEED: [u8; 32] = [7; 32];
 /// The scalar of the P-256 key loadgen signs SendGrid requests with.
 const SENDGRID_SCALAR: [u8; 32] = [9; 32];
 
-/// How a run posts: to `/webhooks`, or as a provider.
-pub(crate) enum Provider {
-    /// `POST /webhooks` with an `Idempotency-Key`.
-    Intake,
-    /// GitHub: `X-Hub-Signature-256` of the one body; the key in `X-GitHub-Delivery`.
-    Github(HeaderValue),
-    /// Requests signed beforehand: request `i` gets body `i` and these headers.
-    Presigned(Vec<HeaderMap>),
-}
-
 /// `sha256=<hex>` of HMAC-SHA256(`secret`, `body`): GitHub's signature header.
 pub(crate) fn github_signature(secret: &str, body: &[u8]) -> Result<HeaderValue, BoxError> {
     use hmac::{KeyInit, Mac};

@@ -132,7 +132,7 @@ async fn timed(
         target: Arc::clone(target),
         run_id: prefix,
         key_space,
-        provider: crate::sources::Provider::Intake,
+        provider: crate::post::Provider::Intake,
         budget: Budget::Until {
             deadline: started + args.duration,
             next: AtomicU64::new(0),

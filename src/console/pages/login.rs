@@ -61,7 +61,7 @@ pub(crate) async fn form(
 /// cookie and a 303 to that page, or the form again with 401.
 pub(crate) async fn submit(
     State(console): State<Console>,
-    client: Option<axum::Extension<crate::api::guard::ClientAddr>>,
+    client: Option<axum::Extension<crate::guard::ClientAddr>>,
     headers: HeaderMap,
     Form(fields): Form<HashMap<String, String>>,
 ) -> Response {
@@ -71,10 +71,10 @@ pub(crate) async fn submit(
     };
     let client = client.map(|c| c.0.0);
     if let Err(refused) = console.app.guard.check(&headers, true) {
-        return refused.into_response();
+        return crate::api::problem::Problem::from(refused).into_response();
     }
     if let Err(throttled) = console.app.guard.admit(client) {
-        return throttled.into_response();
+        return crate::api::problem::Problem::from(throttled).into_response();
     }
     let given = fields.get("token").map(|t| t.trim()).unwrap_or_default();
     if !bool::from(given.as_bytes().ct_eq(expected.expose().as_bytes())) {

@@ -93,13 +93,7 @@ fn hide(e: HandlerError, hidden: &Redactions) -> HandlerError {
     }
 }
 
-/// A URL as it may be shown (routing table, logs): without user name or password.
-pub fn display_url(url: &Url) -> String {
-    let mut shown = url.clone();
-    let _ = shown.set_username("");
-    let _ = shown.set_password(None);
-    shown.to_string()
-}
+pub use super::shown::display_url;
 
 /// The JSON body of a delivery (the payload is already canonical JSON text).
 pub fn body(event: &Event) -> String {

@@ -4,3 +4,4 @@ pub mod exec;
 pub mod http;
 pub mod log;
 pub mod shaped;
+pub mod shown;

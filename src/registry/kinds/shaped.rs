@@ -27,7 +27,7 @@ pub use reqwest::Url;
 use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::{Value, json};
 
-use super::http::display_url;
+use super::shown::display_url;
 use crate::transform::{Transform, TransformError};
 
 /// A request as a transform shaped it.

@@ -20,9 +20,32 @@ use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use axum::http::{HeaderMap, StatusCode, header};
+use http::{HeaderMap, StatusCode, header};
 
-use crate::api::problem::Problem;
+/// A refusal, as the HTTP layer answers it (a problem with this status, code,
+/// detail and, for 429, `Retry-After`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    /// The status.
+    pub(crate) status: StatusCode,
+    /// The problem code.
+    pub(crate) code: &'static str,
+    /// What is wrong.
+    pub(crate) detail: String,
+    /// Seconds to wait, for 429.
+    pub(crate) retry_after: Option<u64>,
+}
+
+impl Refusal {
+    fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            detail: detail.into(),
+            retry_after: None,
+        }
+    }
+}
 
 /// Failures a client address may make in one window.
 pub(crate) const MAX_FAILURES: u32 = 20;
@@ -56,7 +79,7 @@ impl Guard {
     }
 
     /// The origin and host checks of a request (`token_set`: `ADMIN_TOKEN` is set).
-    pub(crate) fn check(&self, headers: &HeaderMap, token_set: bool) -> Result<(), Problem> {
+    pub(crate) fn check(&self, headers: &HeaderMap, token_set: bool) -> Result<(), Refusal> {
         let host = headers
             .get(header::HOST)
             .and_then(|v| v.to_str().ok())
@@ -64,36 +87,42 @@ impl Guard {
         if let Some(origin) = headers.get(header::ORIGIN) {
             let origin = origin.to_str().unwrap_or("null");
             if !same_origin(origin, host) {
-                return Err(Problem::new(StatusCode::FORBIDDEN, "forbidden")
-                    .detail("a request from another origin (a web page elsewhere) is refused"));
+                return Err(Refusal::new(
+                    StatusCode::FORBIDDEN,
+                    "forbidden",
+                    "a request from another origin (a web page elsewhere) is refused",
+                ));
             }
         }
         if !token_set && !host_allowed(host, &self.allowed_hosts) {
-            return Err(
-                Problem::new(StatusCode::MISDIRECTED_REQUEST, "misdirected_request").detail(
-                    "without ADMIN_TOKEN only an IP address, localhost or a name in ALLOWED_HOSTS \
-                     may be used as Host",
-                ),
-            );
+            return Err(Refusal::new(
+                StatusCode::MISDIRECTED_REQUEST,
+                "misdirected_request",
+                "without ADMIN_TOKEN only an IP address, localhost or a name in ALLOWED_HOSTS \
+                 may be used as Host",
+            ));
         }
         Ok(())
     }
 
     /// 429 with `Retry-After` while `client` is over its failures.
-    pub(crate) fn admit(&self, client: Option<IpAddr>) -> Result<(), Problem> {
+    pub(crate) fn admit(&self, client: Option<IpAddr>) -> Result<(), Refusal> {
         let Some(ip) = client else { return Ok(()) };
         let failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         match failures.get(&ip) {
             Some((since, n)) if *n >= MAX_FAILURES && since.elapsed() < WINDOW => {
                 let left = WINDOW.saturating_sub(since.elapsed()).as_secs().max(1);
-                Err(
-                    Problem::new(StatusCode::TOO_MANY_REQUESTS, "too_many_requests")
-                        .detail(format!(
+                Err(Refusal {
+                    retry_after: Some(left),
+                    ..Refusal::new(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "too_many_requests",
+                        format!(
                             "more than {MAX_FAILURES} failed logins or wrong tokens from this \
-                         address in a minute"
-                        ))
-                        .retry_after(left),
-                )
+                             address in a minute"
+                        ),
+                    )
+                })
             }
             _ => Ok(()),
         }
@@ -150,7 +179,7 @@ fn same_origin(origin: &str, host: &str) -> bool {
 }
 
 /// A request with a body must say JSON (415 otherwise).
-pub(crate) fn json_only(headers: &HeaderMap) -> Result<(), Problem> {
+pub(crate) fn json_only(headers: &HeaderMap) -> Result<(), Refusal> {
     let has_body = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -159,14 +188,31 @@ pub(crate) fn json_only(headers: &HeaderMap) -> Result<(), Problem> {
     if !has_body {
         return Ok(());
     }
-    if super::intake::says_json(headers) {
+    if says_json(headers) {
         Ok(())
     } else {
-        Err(
-            Problem::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
-                .detail("an admin request's body must be Content-Type: application/json"),
-        )
+        Err(Refusal::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "an admin request's body must be Content-Type: application/json",
+        ))
     }
+}
+
+/// Whether `Content-Type` is `application/json` or `application/*+json`.
+pub(crate) fn says_json(headers: &HeaderMap) -> bool {
+    let mime = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .unwrap_or_default();
+    mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
 }
 
 #[cfg(test)]
@@ -212,7 +258,11 @@ mod tests {
         }
         for origin in ["http://evil.example", "null", "http://127.0.0.1:9999"] {
             let h = headers(&[("host", "127.0.0.1:8000"), ("origin", origin)]);
-            assert_eq!(g.check(&h, true).unwrap_err().status, 403, "{origin}");
+            assert_eq!(
+                g.check(&h, true).unwrap_err().status,
+                StatusCode::FORBIDDEN,
+                "{origin}"
+            );
         }
     }
 
@@ -280,7 +330,7 @@ mod tests {
             g.failed(ip);
         }
         let e = g.admit(ip).unwrap_err();
-        assert_eq!(e.status, 429);
+        assert_eq!(e.status, StatusCode::TOO_MANY_REQUESTS);
         assert!(
             g.admit(Some(IpAddr::from([10, 0, 0, 8]))).is_ok(),
             "per address"
