@@ -390,6 +390,12 @@ async fn run_workers(
     let retention = tokio::spawn(crate::retention::run(
         store.clone(),
         state.sources.rejected_store().cloned(),
+        state
+            .sources
+            .all()
+            .iter()
+            .filter_map(|s| Some((s.source.name.clone(), s.source.retention?)))
+            .collect(),
         config.retention_days,
         config.cleanup_interval,
     ));

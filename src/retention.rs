@@ -1,7 +1,9 @@
 //! Retention: every `CLEANUP_INTERVAL_HOURS`, delete `completed` and `failed` events
 //! created more than `RETENTION_DAYS` ago, with their deliveries, in batches of 1000.
 //! `pending` and `processing` events are never deleted (invariant 7). The same run
-//! drops rejected requests older than the rejected log keeps them (7 days).
+//! deletes a source's terminal events sooner when its manifest says `retention`
+//! (counted from when they became terminal: their last change), and drops rejected
+//! requests older than the rejected log keeps them (7 days).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,10 +30,28 @@ pub(crate) async fn purge_before(store: &dyn Store, cutoff: Timestamp) -> Result
     }
 }
 
+/// Deletes `source`'s terminal events last changed before `cutoff`, batch by batch.
+async fn purge_source(
+    store: &dyn Store,
+    source: &str,
+    cutoff: Timestamp,
+) -> Result<u64, StoreError> {
+    let mut total = 0;
+    loop {
+        let n = store.purge_source(source, cutoff, BATCH).await?;
+        total += n;
+        if n < u64::from(BATCH) {
+            return Ok(total);
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
 /// Runs retention forever (the first run one interval after start).
 pub(crate) async fn run(
     store: Arc<dyn Store>,
     rejected: Option<Arc<dyn RejectedStore>>,
+    sources: Vec<(String, Duration)>,
     retention_days: f64,
     interval: Duration,
 ) {
@@ -49,6 +69,20 @@ pub(crate) async fn run(
             Ok(0) => {}
             Ok(n) => info!(deleted = n, before = %cutoff.to_rfc3339(), "retention"),
             Err(e) => warn!(error = %e, "retention failed; next run will retry"),
+        }
+        for (source, keep) in &sources {
+            let cutoff = chrono::Duration::from_std(*keep)
+                .ok()
+                .and_then(|d| Timestamp::now().0.checked_sub_signed(d))
+                .map(Timestamp);
+            let Some(cutoff) = cutoff else { continue };
+            match purge_source(&*store, source, cutoff).await {
+                Ok(0) => {}
+                Ok(n) => info!(deleted = n, source = %source, "source retention"),
+                Err(e) => {
+                    warn!(error = %e, source = %source, "source retention failed; next run will retry")
+                }
+            }
         }
         if let Some(log) = &rejected {
             let before = Bounds::default().oldest_kept(Timestamp::now());

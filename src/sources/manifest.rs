@@ -63,6 +63,8 @@ struct Manifest {
     meta: Option<MetaSection>,
     /// A JavaScript file, relative to the manifest (push sources).
     transform: Option<String>,
+    /// How long its terminal events are kept (shorter than `RETENTION_DAYS`).
+    retention: Option<String>,
     poll: Option<pull::spec::Section>,
     websocket: Option<pull::spec::Section>,
 }
@@ -200,6 +202,7 @@ fn build(
             "may only contain A-Z a-z 0-9 . _ : / - (at most 100 bytes)".into(),
         ));
     }
+    let retention = retention(m.retention.as_deref())?;
     if matches!(m.kind.as_str(), "poll" | "websocket") {
         if m.transform.is_some() {
             return Err((
@@ -221,6 +224,7 @@ fn build(
             split: None,
             verify_token: None,
             transform: None,
+            retention,
         });
     }
     if let Some(field) = [
@@ -289,6 +293,7 @@ fn build(
         split,
         verify_token,
         transform,
+        retention,
     })
 }
 
@@ -433,6 +438,18 @@ fn unsupported(kind: &str) -> String {
         PUSH_KINDS.join(", "),
         presets::KINDS.join(", ")
     )
+}
+
+/// A source's `retention`: a duration above 0 of at most 30 days.
+fn retention(text: Option<&str>) -> Result<Option<Duration>, Problem> {
+    let Some(text) = text else { return Ok(None) };
+    match parse_duration(text) {
+        Some(d) if !d.is_zero() && d <= MAX_TOLERANCE => Ok(Some(d)),
+        _ => Err((
+            "retention",
+            format!("{text:?} is not a duration above 0 of at most 30 days"),
+        )),
+    }
 }
 
 fn tolerance(text: Option<&str>) -> Result<Option<Duration>, Problem> {

@@ -52,6 +52,9 @@ pub struct Source {
     pub(crate) verify_token: Option<Secret>,
     /// Reshapes each verified event before it is committed (`transform`).
     pub(crate) transform: Option<std::sync::Arc<crate::transform::Transform>>,
+    /// How long its terminal events are kept, when shorter than `RETENTION_DAYS`
+    /// (`retention`).
+    pub(crate) retention: Option<std::time::Duration>,
 }
 
 /// How a push source splits a batched body into events (`split`, `split_id`).

@@ -493,6 +493,16 @@ pub trait Store: Send + Sync + 'static {
     /// Erases an event: payload, deliveries, attempts (and on SQLite its recent
     /// key) — unless an attempt of it is running.
     async fn erase(&self, id: Uuid) -> Result<Erasure, StoreError>;
+
+    /// Deletes up to `limit` of `source`'s terminal events that became terminal
+    /// (their last change) before `cutoff`, with their deliveries and attempts: a
+    /// source's own `retention`. How many.
+    async fn purge_source(
+        &self,
+        source: &str,
+        cutoff: Timestamp,
+        limit: u32,
+    ) -> Result<u64, StoreError>;
 }
 
 /// Which dead letters to replay (all given filters apply).

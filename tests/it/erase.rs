@@ -1,7 +1,8 @@
 //! `DELETE /webhooks/{id}` (SPEC §14) on the real binary, both backends: the event,
 //! its deliveries and attempts, the rejected copies of its delivery and its
 //! recent key are gone, and its key may be used again; a delivery waiting for its
-//! retry never runs; an attempt that is running makes it 409.
+//! retry never runs; an attempt that is running makes it 409. And a source's
+//! `retention`, which deletes its finished events sooner.
 
 use std::time::Duration;
 
@@ -97,4 +98,26 @@ fn erasure_needs_the_admin_token() {
         &[("authorization", "Bearer the-right-admin-token-0123")],
     );
     assert_eq!(ok.status, 204);
+}
+
+on_both_backends! {
+    /// A source's `retention` deletes its finished events sooner than
+    /// `RETENTION_DAYS`, counted from when they finished; other events stay.
+    fn a_source_retention_deletes_its_finished_events_sooner(db: &Db) {
+        let dir = new_dir();
+        write(dir.path(), "sources/lan.toml", "kind = \"none\"\nretention = \"1s\"\n");
+        let sources = dir.path().join("sources").to_str().expect("utf-8").to_owned();
+        let env = [("SOURCES_DIR", sources.as_str()), ("CLEANUP_INTERVAL_HOURS", "0.0002")];
+        let hb = Hookbox::restart(dir, &db.env(&env));
+        let r = hb.post_raw("/ingest/lan", r#"{"type": "thing"}"#, "application/json", &[]);
+        assert_eq!(r.status, 202, "{}", r.text);
+        let sourced = r.json()["id"].as_str().expect("id").to_owned();
+        let kept = hb.post(&json!({"event_type": "a.b", "payload": {}}), &[]);
+        let kept = kept.json()["id"].as_str().expect("id").to_owned();
+        hb.wait_status(&sourced, "completed", WAIT);
+        crate::harness::eventually(WAIT, "the source's retention", || {
+            (hb.get(&format!("/webhooks/{sourced}")).unwrap().status == 404).then_some(())
+        });
+        assert_eq!(hb.get(&format!("/webhooks/{kept}")).unwrap().status, 200, "RETENTION_DAYS keeps it");
+    }
 }

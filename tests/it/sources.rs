@@ -677,6 +677,12 @@ fn bad_source_manifests_stop_serve_with_exit_2_naming_file_and_field() {
             vec![],
             "tolerance",
         ),
+        (
+            "r.toml",
+            "kind = \"none\"\nretention = \"40d\"",
+            vec![],
+            "retention",
+        ),
     ] {
         let dir = new_dir();
         write(dir.path(), &format!("sources/{file}"), text);

@@ -193,6 +193,19 @@ const PURGE: &str = "WITH doomed AS MATERIALIZED (
 )
 DELETE FROM events WHERE id = ANY (ARRAY(SELECT id FROM doomed))";
 
+/// A source's terminal events last changed before $2, up to $3 ($1: the source),
+/// with their deliveries and attempts (its `retention`).
+const PURGE_SOURCE: &str = "WITH doomed AS MATERIALIZED (
+    SELECT id FROM events
+    WHERE source = $1 AND status IN ('completed', 'failed') AND updated_at < $2
+    ORDER BY updated_at LIMIT $3
+), deliveries_gone AS (
+    DELETE FROM deliveries WHERE event_id = ANY (ARRAY(SELECT id FROM doomed))
+), attempts_gone AS (
+    DELETE FROM attempts WHERE event_id = ANY (ARRAY(SELECT id FROM doomed))
+)
+DELETE FROM events WHERE id = ANY (ARRAY(SELECT id FROM doomed))";
+
 /// Erases an event with its deliveries and attempts (PostgreSQL keeps no foreign
 /// keys on them: retention deletes them the same way) unless one of its
 /// deliveries is being attempted; bind: id. Answers its key and source.
@@ -391,6 +404,21 @@ impl Store for PgStore {
 
     async fn purge(&self, cutoff: Timestamp, limit: u32) -> Result<u64, StoreError> {
         let done = sqlx::query(PURGE)
+            .bind(cutoff.0)
+            .bind(i64::from(limit))
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn purge_source(
+        &self,
+        source: &str,
+        cutoff: Timestamp,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        let done = sqlx::query(PURGE_SOURCE)
+            .bind(source)
             .bind(cutoff.0)
             .bind(i64::from(limit))
             .execute(&self.pool)

@@ -414,6 +414,24 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn purge_source(
+        &self,
+        source: &str,
+        cutoff: Timestamp,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        let recent = self.recent.clone();
+        let source = source.to_owned();
+        self.send(|reply| {
+            writer::solo(reply, move |conn| {
+                Box::pin(async move {
+                    writer::purge_source(conn, &source, cutoff, limit, &recent).await
+                })
+            })
+        })
+        .await
+    }
+
     async fn stats(&self) -> Result<Stats, StoreError> {
         self.stats.get(self.count()).await
     }

@@ -385,6 +385,29 @@ const PURGE: &str = "DELETE FROM events WHERE id IN (SELECT id FROM events \
      INDEXED BY events_terminal_created \
      WHERE status IN ('completed', 'failed') AND created_at < ? ORDER BY created_at LIMIT ?)";
 
+const PURGE_SOURCE: &str = "DELETE FROM events WHERE id IN (SELECT id FROM events \
+     WHERE source = ? AND status IN ('completed', 'failed') AND updated_at < ? \
+     ORDER BY updated_at LIMIT ?)";
+
+/// Deletes one batch of a source's terminal events last changed before `cutoff`
+/// (its `retention`); as [`purge`] otherwise.
+pub(super) async fn purge_source(
+    conn: &mut SqliteConnection,
+    source: &str,
+    cutoff: Timestamp,
+    limit: u32,
+    recent: &RecentKeys,
+) -> Result<u64, StoreError> {
+    recent.clear();
+    let done = sqlx::query(PURGE_SOURCE)
+        .bind(source)
+        .bind(cutoff.to_rfc3339())
+        .bind(i64::from(limit))
+        .execute(&mut *conn)
+        .await?;
+    Ok(done.rows_affected())
+}
+
 /// Deletes one batch of old terminal events; deliveries and attempts follow by
 /// cascade. The recent keys are forgotten first (retention runs rarely; the keys
 /// still in use come back from the table at their next retry).
