@@ -72,6 +72,8 @@ pub(crate) struct PulledItem {
     /// The source's own timestamp, when it gives one.
     pub(crate) emitted_at: Option<crate::model::Timestamp>,
 }
+/// Dead letters replayed per transaction (`Inbox::replay`).
+pub(crate) const REPLAY_PAGE: u32 = 1000;
 
 /// Why committing through the inbox failed.
 #[derive(Debug, thiserror::Error)]
@@ -510,23 +512,45 @@ impl Inbox {
     pub async fn replay(&self, filter: ReplayFilter) -> Result<Vec<PendingDelivery>, InboxError> {
         let inbox = self.clone();
         detached(async move {
-            let replayed = inbox.0.store.replay(filter).await?;
-            if let Some(window) = inbox.0.feed.window() {
-                for d in &replayed {
-                    window.count_fresh(&d.handler, 1);
+            // Page by page, each its own short transaction, each handed to
+            // processing at once: replaying 200,000 dead letters never holds the
+            // writer (and intake behind it) for the whole of them.
+            let mut all = Vec::new();
+            let mut after = None;
+            loop {
+                let page = inbox
+                    .0
+                    .store
+                    .replay_page(&filter, after, REPLAY_PAGE)
+                    .await?;
+                inbox.dispatch_replayed(&page);
+                let full = page.len() >= REPLAY_PAGE as usize;
+                after = page.iter().map(|d| d.delivery).max();
+                all.extend(page);
+                if !full {
+                    return Ok(all);
                 }
+                tokio::task::yield_now().await;
             }
-            if !replayed.is_empty() {
-                inbox.0.feed.dispatch().submit(
-                    replayed
-                        .iter()
-                        .map(|d| Job::deliver(d.delivery, d.event))
-                        .collect(),
-                );
-            }
-            Ok(replayed)
         })
         .await
+    }
+
+    /// Hands replayed deliveries to processing.
+    fn dispatch_replayed(&self, replayed: &[PendingDelivery]) {
+        if let Some(window) = self.0.feed.window() {
+            for d in replayed {
+                window.count_fresh(&d.handler, 1);
+            }
+        }
+        if !replayed.is_empty() {
+            self.0.feed.dispatch().submit(
+                replayed
+                    .iter()
+                    .map(|d| Job::deliver(d.delivery, d.event))
+                    .collect(),
+            );
+        }
     }
 
     /// Runs `write` (a change to the stored subscribers) and then rebuilds the

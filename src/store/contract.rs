@@ -618,6 +618,17 @@ async fn console_reads(b: &Backend) {
     let replayed = b.store.replay(older).await.expect("replay");
     assert_eq!(replayed.len(), 1, "{n}: replay selects what the count said");
     assert_eq!(count(ReplayFilter::default()).await, 1, "{n}");
+    // Paged: a page after the last one's id is empty; the first holds the rest.
+    let all = ReplayFilter::default();
+    let last = b
+        .store
+        .replay_page(&all, Some(Uuid::max()), 10)
+        .await
+        .expect("page");
+    assert!(last.is_empty(), "{n}: nothing after the largest id");
+    let page = b.store.replay_page(&all, None, 1).await.expect("page");
+    assert_eq!(page.len(), 1, "{n}: at most the limit");
+    assert_eq!(count(ReplayFilter::default()).await, 0, "{n}");
 }
 
 #[tokio::test]

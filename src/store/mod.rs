@@ -463,7 +463,19 @@ pub trait Store: Send + Sync + 'static {
     /// Resets the failed deliveries that `filter` selects to `pending` (attempts and
     /// last error kept) and re-derives their events' status, in one transaction.
     /// Returns the deliveries to run.
-    async fn replay(&self, filter: ReplayFilter) -> Result<Vec<PendingDelivery>, StoreError>;
+    async fn replay(&self, filter: ReplayFilter) -> Result<Vec<PendingDelivery>, StoreError> {
+        self.replay_page(&filter, None, u32::MAX).await
+    }
+
+    /// [`Store::replay`] of one page: at most `limit` of the selected deliveries
+    /// whose id is after `after`, in id order, in one transaction — so a replay of
+    /// every dead letter is many short transactions, not one long one.
+    async fn replay_page(
+        &self,
+        filter: &ReplayFilter,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<PendingDelivery>, StoreError>;
 
     /// Every subscriber.
     async fn subscribers(&self) -> Result<Vec<Subscriber>, StoreError>;

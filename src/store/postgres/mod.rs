@@ -481,21 +481,30 @@ impl Store for PgStore {
         overview::count_dead_letters(&self.pool, filter).await
     }
 
-    async fn replay(&self, filter: ReplayFilter) -> Result<Vec<PendingDelivery>, StoreError> {
+    async fn replay_page(
+        &self,
+        filter: &ReplayFilter,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<PendingDelivery>, StoreError> {
         let mut tx = self.pool.begin().await?;
         let rows = sqlx::query(
             "UPDATE deliveries SET status = 'pending', retry_after = NULL, locked_until = NULL, \
                     locked_by = NULL, updated_at = now() \
-             WHERE status = 'failed' AND ($4::text IS NULL OR handler = $4) \
+             WHERE id IN (SELECT id FROM deliveries WHERE status = 'failed' \
+               AND ($4::text IS NULL OR handler = $4) AND ($5::uuid IS NULL OR id > $5) \
                AND event_id IN (SELECT id FROM events WHERE ($1::uuid IS NULL OR id = $1) \
                    AND ($2::text IS NULL OR event_type = $2) \
                    AND ($3::timestamptz IS NULL OR created_at < $3)) \
+               ORDER BY id LIMIT $6) \
              RETURNING id, event_id, handler, ordering_value",
         )
         .bind(filter.event)
-        .bind(filter.event_type)
+        .bind(filter.event_type.clone())
         .bind(filter.before.map(|t| t.0))
-        .bind(filter.handler)
+        .bind(filter.handler.clone())
+        .bind(after)
+        .bind(i64::from(limit))
         .fetch_all(&mut *tx)
         .await?;
         let mut replayed = Vec::with_capacity(rows.len());

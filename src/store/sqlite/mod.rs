@@ -496,11 +496,17 @@ impl Store for SqliteStore {
         overview::count_dead_letters(&self.read, filter).await
     }
 
-    async fn replay(&self, filter: ReplayFilter) -> Result<Vec<PendingDelivery>, StoreError> {
+    async fn replay_page(
+        &self,
+        filter: &ReplayFilter,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<PendingDelivery>, StoreError> {
         let recent = self.recent.clone();
+        let filter = filter.clone();
         self.send(|reply| {
             writer::solo(reply, move |conn| {
-                Box::pin(async move { writer::replay(conn, filter, &recent).await })
+                Box::pin(async move { writer::replay(conn, filter, after, limit, &recent).await })
             })
         })
         .await

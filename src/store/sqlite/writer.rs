@@ -593,6 +593,8 @@ pub(super) async fn find_keys(
 pub(super) async fn replay(
     conn: &mut SqliteConnection,
     filter: ReplayFilter,
+    after: Option<Uuid>,
+    limit: u32,
     recent: &RecentKeys,
 ) -> Result<Vec<PendingDelivery>, StoreError> {
     let mut tx = conn.begin().await?;
@@ -600,7 +602,11 @@ pub(super) async fn replay(
         "UPDATE deliveries SET status = 'pending', retry_after = NULL, updated_at = ",
     );
     qb.push_bind(Timestamp::now().to_rfc3339());
-    qb.push(" WHERE status = 'failed' AND event_id IN (SELECT id FROM events WHERE 1 = 1");
+    qb.push(" WHERE id IN (SELECT id FROM deliveries WHERE status = 'failed'");
+    if let Some(after) = after {
+        qb.push(" AND id > ").push_bind(after.to_string());
+    }
+    qb.push(" AND event_id IN (SELECT id FROM events WHERE 1 = 1");
     if let Some(event) = filter.event {
         qb.push(" AND id = ").push_bind(event.to_string());
     }
@@ -614,7 +620,8 @@ pub(super) async fn replay(
     if let Some(h) = filter.handler {
         qb.push(" AND handler = ").push_bind(h);
     }
-    qb.push(" RETURNING id, event_id, handler, ordering_value");
+    qb.push(" ORDER BY id LIMIT ").push_bind(i64::from(limit));
+    qb.push(") RETURNING id, event_id, handler, ordering_value");
     let rows = qb.build().fetch_all(&mut *tx).await?;
     let mut replayed = Vec::with_capacity(rows.len());
     for r in &rows {
