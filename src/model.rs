@@ -357,6 +357,11 @@ pub struct Attempt {
     /// Why it failed: the error, or the status and first bytes of the answer; at most
     /// [`Attempt::MAX_ERROR_BYTES`], credentials stripped.
     pub error: Option<String>,
+    /// What a transform made of the request, as JSON text (`method`, `url` without
+    /// credentials, `headers`, and the first KB of `body`); `null` when no
+    /// transform ran (the standard request was sent).
+    #[serde(default)]
+    pub request: Option<String>,
 }
 
 impl Attempt {

@@ -215,7 +215,8 @@ impl Workers {
         let attempt = task.attempts + 1;
         let started_at = Timestamp::now().0;
         let started = Instant::now();
-        let (result, answer) = self.attempt_marked(route, task, attempt).await?;
+        let (result, done) = self.attempt_marked(route, task, attempt).await?;
+        let (answer, request) = (done.answer, done.request);
         let took = started.elapsed();
         let cancelled = answer.as_ref().is_some_and(|a| a.cancelled);
         let response_status = answer.as_ref().filter(|a| !a.cancelled).map(|a| a.status);
@@ -234,6 +235,7 @@ impl Workers {
             outcome,
             response_status,
             response_body: response_body.clone(),
+            request: request.clone(),
             error: error.map(|m| redact::attempt_error(m, Attempt::MAX_ERROR_BYTES)),
         };
         let Err(failure) = result else {
@@ -297,7 +299,7 @@ impl Workers {
         route: &Route,
         task: &DeliveryTask,
         attempt: u32,
-    ) -> Result<(Result<(), Failure>, Option<Answered>), crate::store::StoreError> {
+    ) -> Result<(Result<(), Failure>, Done), crate::store::StoreError> {
         let run = attempt_once(route, task, attempt);
         tokio::pin!(run);
         tokio::select! {
@@ -431,7 +433,7 @@ async fn attempt_once(
     route: &Route,
     task: &DeliveryTask,
     attempt: u32,
-) -> (Result<(), Failure>, Option<Answered>) {
+) -> (Result<(), Failure>, Done) {
     let event = Event::new(
         task.event_id,
         task.delivery_id,
@@ -445,7 +447,10 @@ async fn attempt_once(
     let answer = event.answer();
     let call = AssertUnwindSafe(route.handler.clone().oneshot(event)).catch_unwind();
     let ran = tokio::time::timeout(route.policy.timeout, call).await;
-    let answered = answer.get().cloned();
+    let answered = Done {
+        answer: answer.get().cloned(),
+        request: answer.request().cloned(),
+    };
     let result = match ran {
         Err(_) => Err(Failure::retryable(format!(
             "timed out after {}",
@@ -459,6 +464,14 @@ async fn attempt_once(
         Ok(Ok(Ok(()))) => Ok(()),
     };
     (result, answered)
+}
+
+/// What an attempt left besides its result: the answer it got, and what a
+/// transform made of its request.
+#[derive(Debug, Default)]
+pub(crate) struct Done {
+    answer: Option<Answered>,
+    request: Option<String>,
 }
 
 fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {

@@ -50,7 +50,16 @@ pub struct Event {
 /// it) and the worker records with the attempt. Empty for other kinds, and when no
 /// answer came.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Answer(Arc<OnceLock<Answered>>);
+pub(crate) struct Answer(Arc<Slots>);
+
+/// What one attempt leaves for its worker.
+#[derive(Debug, Default)]
+struct Slots {
+    /// The answer, once one came.
+    answered: OnceLock<Answered>,
+    /// What a transform made of the request (JSON text), when one ran.
+    request: OnceLock<String>,
+}
 
 /// What an answer said: the status, and the start of the body (None when empty).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,7 +76,12 @@ pub(crate) struct Answered {
 impl Answer {
     /// The answer, once one came.
     pub(crate) fn get(&self) -> Option<&Answered> {
-        self.0.get()
+        self.0.answered.get()
+    }
+
+    /// What a transform made of the request (JSON text), if one ran.
+    pub(crate) fn request(&self) -> Option<&String> {
+        self.0.request.get()
     }
 }
 
@@ -109,17 +123,23 @@ impl Event {
 
     /// Records the answer this attempt got (the http kind); the first one stays.
     pub(crate) fn answered(&self, status: u16, body: Option<String>) {
-        let _ = self.answer.0.set(Answered {
+        let _ = self.answer.0.answered.set(Answered {
             status,
             body,
             cancelled: false,
         });
     }
 
+    /// Records what a transform made of this attempt's request (JSON text), for the
+    /// attempt history.
+    pub(crate) fn sent(&self, request: String) {
+        let _ = self.answer.0.request.set(request);
+    }
+
     /// Records that a transform cancelled this delivery: nothing is sent, and the
     /// attempt's outcome is `cancelled` (the delivery completes).
     pub(crate) fn cancelled(&self) {
-        let _ = self.answer.0.set(Answered {
+        let _ = self.answer.0.answered.set(Answered {
             status: 0,
             body: None,
             cancelled: true,

@@ -319,6 +319,7 @@ async fn outcomes(b: &Backend, first: &NewEvent) {
         outcome: AttemptOutcome::Completed,
         response_status: Some(200),
         response_body: Some(r#"{"ok":true}"#.to_owned()),
+        request: Some(r#"{"method":"PUT"}"#.to_owned()),
         error: None,
     });
     b.store.finish(last).await.expect("finish");
@@ -329,6 +330,12 @@ async fn outcomes(b: &Backend, first: &NewEvent) {
     let history = b.store.list_attempts(e).await.expect("attempts");
     assert_eq!(history.len(), 1, "{}", b.name);
     assert_eq!(history[0].response_status, Some(200), "{}", b.name);
+    assert_eq!(
+        history[0].request.as_deref(),
+        Some(r#"{"method":"PUT"}"#),
+        "{}",
+        b.name
+    );
     assert_eq!(
         history[0].response_body.as_deref(),
         Some(r#"{"ok":true}"#),

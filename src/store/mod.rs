@@ -302,6 +302,7 @@ pub(crate) fn storable_finish(mut finish: Finish) -> Finish {
     if let Some(attempt) = &mut finish.attempt {
         clean(&mut attempt.error);
         clean(&mut attempt.response_body);
+        clean(&mut attempt.request);
     }
     finish
 }

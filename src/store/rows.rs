@@ -229,8 +229,8 @@ pub(super) fn subscriber(row: &impl RowExt) -> Result<Subscriber, StoreError> {
 }
 
 /// Columns read for an [`Attempt`].
-pub(super) const ATTEMPT_COLUMNS: &str =
-    "handler, attempt, started_at, duration_ms, outcome, response_status, response_body, error";
+pub(super) const ATTEMPT_COLUMNS: &str = "handler, attempt, started_at, duration_ms, outcome, response_status, response_body, error, \
+     request";
 
 /// The order of [`Store::list_attempts`](super::Store::list_attempts): oldest first
 /// (ties, within a millisecond, by handler and number).
@@ -251,6 +251,7 @@ pub(super) fn attempt(row: &impl RowExt) -> Result<Attempt, StoreError> {
             .map(|n| u16::try_from(n).map_err(|_| StoreError::Corrupt(format!("status {n}"))))
             .transpose()?,
         response_body: opt_owned(row, "response_body")?,
+        request: opt_owned(row, "request")?,
         error: opt_owned(row, "error")?,
     })
 }

@@ -86,6 +86,41 @@ fn a_transform_reshapes_the_request_a_receiver_gets() {
     );
     let plain = got.iter().find(|r| r.path == "/plain").expect("plain");
     assert_eq!(plain.json()["payload"], json!({"id": "o-7", "total": 12.5}));
+    // The attempt history keeps what was actually sent; the console shows it.
+    let attempts = hb.get(&format!("/webhooks/{id}/attempts")).unwrap().json();
+    let items = attempts["items"].as_array().expect("items");
+    let reshaped = items
+        .iter()
+        .find(|a| a["handler"] == "reshaped")
+        .expect("reshaped");
+    let sent: Value =
+        serde_json::from_str(reshaped["request"].as_str().expect("request")).expect("JSON");
+    assert_eq!(sent["method"], "PUT");
+    assert!(
+        sent["url"]
+            .as_str()
+            .unwrap()
+            .ends_with("/reshaped/orders/o-7"),
+        "{sent}"
+    );
+    assert_eq!(sent["headers"]["x-tenant"], "acme");
+    assert_eq!(
+        serde_json::from_str::<Value>(sent["body"].as_str().unwrap()).unwrap()["amount_cents"],
+        1250
+    );
+    let plain_attempt = items
+        .iter()
+        .find(|a| a["handler"] == "plain")
+        .expect("plain");
+    assert!(
+        plain_attempt["request"].is_null(),
+        "no transform: the standard request"
+    );
+    let page = crate::console::get(&hb, &format!("/console/events/{id}"), None).text;
+    assert!(
+        page.contains("Sent (after its transform)") && page.contains("/reshaped/orders/o-7"),
+        "{page}"
+    );
 }
 
 on_both_backends! {

@@ -131,6 +131,12 @@ fn attempt_rows<'a>(attempts: impl Iterator<Item = &'a Attempt>) -> Markup {
                                 @if let Some(said) = a.error.as_ref().or(a.response_body.as_ref()) {
                                     pre.answer { (said) }
                                 } @else { "—" }
+                                @if let Some(sent) = &a.request {
+                                    details.sent {
+                                        summary { "Sent (after its transform)" }
+                                        pre.request { (pretty::json(sent)) }
+                                    }
+                                }
                             }
                         }
                     }

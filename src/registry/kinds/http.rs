@@ -127,7 +127,10 @@ async fn deliver(
                 event.cancelled();
                 return Ok(());
             }
-            Shaped::Send(request) => request,
+            Shaped::Send(request) => {
+                event.sent(hidden.apply(&shaped::recorded(&request)).into_owned());
+                request
+            }
         },
     };
     let Request {

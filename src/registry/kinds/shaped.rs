@@ -140,6 +140,41 @@ fn headers(value: Option<&Value>) -> Result<Vec<(HeaderName, HeaderValue)>, Stri
     Ok(out)
 }
 
+/// How the attempt history keeps a shaped request: JSON text of its `method`, `url`
+/// (without credentials), `headers` (a value whose name speaks of a credential —
+/// `authorization`, `cookie`, `token`, `secret`, `key`, `signature` — as
+/// `[redacted]`) and the first KB of its `body`.
+pub fn recorded(request: &Request) -> String {
+    const CREDENTIAL: &[&str] = &[
+        "authorization",
+        "cookie",
+        "token",
+        "secret",
+        "key",
+        "signature",
+    ];
+    let mut headers = serde_json::Map::new();
+    for (name, value) in &request.headers {
+        let shown = if CREDENTIAL.iter().any(|w| name.as_str().contains(w)) {
+            "[redacted]".to_owned()
+        } else {
+            String::from_utf8_lossy(value.as_bytes()).into_owned()
+        };
+        headers.insert(name.to_string(), Value::String(shown));
+    }
+    let mut cut = request.body.len().min(1024);
+    while !request.body.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    json!({
+        "method": request.method.as_str(),
+        "url": display_url(&request.url),
+        "headers": headers,
+        "body": &request.body[..cut],
+    })
+    .to_string()
+}
+
 /// Runs `transform` on `input` on a blocking thread (a run blocks for up to
 /// [`crate::transform::TIME_LIMIT`]).
 pub async fn run(transform: Arc<Transform>, input: Value) -> Result<Value, TransformError> {

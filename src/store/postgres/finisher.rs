@@ -26,7 +26,7 @@ const MAX_BATCH: usize = 512;
 const RECORD: &str = "SELECT hookbox_finish_attempts($1, $2, $3, $4, $5, $6, \
      ARRAY(SELECT now() + r.ms * interval '1 millisecond' \
            FROM unnest($7::int8[]) WITH ORDINALITY AS r (ms, n) ORDER BY r.n), \
-     $8, $9, $10, $11, $12, $13, $14, $15)";
+     $8, $9, $10, $11, $12, $13, $14, $15, $16)";
 
 /// An outcome and where to answer once it is committed.
 pub(super) type Request = (Finish, oneshot::Sender<Result<(), StoreError>>);
@@ -185,6 +185,9 @@ pub(super) async fn record(
         }))
         .bind(column(&|f| {
             f.attempt.as_ref().and_then(|a| a.error.clone())
+        }))
+        .bind(column(&|f| {
+            f.attempt.as_ref().and_then(|a| a.request.clone())
         }))
         .fetch_one(pool)
         .await?;

@@ -679,6 +679,7 @@ async fn attempts_are_recorded_only_with_an_outcome_that_is() {
             outcome: AttemptOutcome::Completed,
             response_status: Some(204),
             response_body: None,
+            request: None,
             error: None,
         }),
     };
@@ -722,6 +723,7 @@ async fn retention_removes_deliveries_and_attempts_with_their_event() {
             outcome: AttemptOutcome::Completed,
             response_status: None,
             response_body: None,
+            request: None,
             error: None,
         };
         store

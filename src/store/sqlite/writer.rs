@@ -359,7 +359,7 @@ fn finish(script: &mut QueryBuilder<Sqlite>, finishes: &[&Finish]) {
 fn record_attempts(script: &mut QueryBuilder<Sqlite>, attempts: &[(Uuid, &Attempt)]) {
     script.push(
         "INSERT INTO attempts (event_id, handler, attempt, started_at, duration_ms, outcome, \
-         response_status, response_body, error) SELECT v.* FROM (",
+         response_status, response_body, error, request) SELECT v.* FROM (",
     );
     script.push_values(attempts, |mut row, (event, a)| {
         row.push_bind(event.to_string())
@@ -370,7 +370,8 @@ fn record_attempts(script: &mut QueryBuilder<Sqlite>, attempts: &[(Uuid, &Attemp
             .push_bind(a.outcome.as_str())
             .push_bind(a.response_status.map(i64::from))
             .push_bind(a.response_body.clone())
-            .push_bind(a.error.clone());
+            .push_bind(a.error.clone())
+            .push_bind(a.request.clone());
     });
     script.push(
         ") AS v WHERE EXISTS (SELECT 1 FROM events e WHERE e.id = v.column1) \
