@@ -359,8 +359,8 @@ pub struct Attempt {
     pub error: Option<String>,
     /// What a transform made of the request, as JSON text (`method`, `url` without
     /// credentials, `headers`, and the first KB of `body`); `null` when no
-    /// transform ran (the standard request was sent).
-    #[serde(default)]
+    /// transform ran (the standard request was sent), and then left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<String>,
 }
 
