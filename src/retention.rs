@@ -47,6 +47,14 @@ async fn purge_source(
     }
 }
 
+/// Now minus `keep`; `None` when that is before anything can be.
+fn ago(keep: Duration) -> Option<Timestamp> {
+    chrono::Duration::from_std(keep)
+        .ok()
+        .and_then(|d| Timestamp::now().0.checked_sub_signed(d))
+        .map(Timestamp)
+}
+
 /// Runs retention forever (the first run one interval after start).
 pub(crate) async fn run(
     store: Arc<dyn Store>,
@@ -60,22 +68,17 @@ pub(crate) async fn run(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let cutoff = chrono::Duration::from_std(keep)
-            .ok()
-            .and_then(|d| Timestamp::now().0.checked_sub_signed(d))
-            .map(Timestamp);
-        let Some(cutoff) = cutoff else { continue };
-        match purge_before(&*store, cutoff).await {
-            Ok(0) => {}
-            Ok(n) => info!(deleted = n, before = %cutoff.to_rfc3339(), "retention"),
-            Err(e) => warn!(error = %e, "retention failed; next run will retry"),
+        // A retention too long to subtract from now deletes nothing, and does not
+        // keep the other purges from running.
+        if let Some(cutoff) = ago(keep) {
+            match purge_before(&*store, cutoff).await {
+                Ok(0) => {}
+                Ok(n) => info!(deleted = n, before = %cutoff.to_rfc3339(), "retention"),
+                Err(e) => warn!(error = %e, "retention failed; next run will retry"),
+            }
         }
         for (source, keep) in &sources {
-            let cutoff = chrono::Duration::from_std(*keep)
-                .ok()
-                .and_then(|d| Timestamp::now().0.checked_sub_signed(d))
-                .map(Timestamp);
-            let Some(cutoff) = cutoff else { continue };
+            let Some(cutoff) = ago(*keep) else { continue };
             match purge_source(&*store, source, cutoff).await {
                 Ok(0) => {}
                 Ok(n) => info!(deleted = n, source = %source, "source retention"),

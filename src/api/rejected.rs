@@ -76,25 +76,46 @@ pub(crate) async fn retry_one(
     let Some(source) = push_source(&app, &name) else {
         return Problem::not_found("source").into_response();
     };
-    let row = match id.parse() {
-        Ok(id) => entry(&source, id).await,
-        Err(_) => Ok(None),
+    let Ok(id) = id.parse() else {
+        return Problem::not_found("rejected request").into_response();
     };
-    let row = match row {
-        Ok(Some(row)) => row,
-        Ok(None) => return Problem::not_found("rejected request").into_response(),
-        Err(e) => return Problem::from(e).into_response(),
-    };
-    if !row.retryable {
-        return Problem::new(StatusCode::CONFLICT, "not_retryable")
-            .detail("what proved this request (a credential header, or a body too large to keep) was not kept")
-            .into_response();
-    }
-    match retry(&app, &source, row).await {
+    match retry_entry(&app, &source, id).await {
         Ok(Ok(passed)) => passed.response,
         Ok(Err(refused)) => refused.problem.into_response(),
-        Err(e) => Problem::from(e).into_response(),
+        Err(NotRetried::Missing) => Problem::not_found("rejected request").into_response(),
+        Err(NotRetried::NotRetryable) => Problem::new(StatusCode::CONFLICT, "not_retryable")
+            .detail("what proved this request (a credential header, or a body too large to keep) was not kept")
+            .into_response(),
+        Err(NotRetried::Store(e)) => Problem::from(e).into_response(),
     }
+}
+
+/// Why an entry was not retried.
+#[derive(Debug)]
+pub(crate) enum NotRetried {
+    /// No such entry (retried already, or aged out).
+    Missing,
+    /// What proved it was not kept.
+    NotRetryable,
+    /// The log could not be read or written.
+    Store(StoreError),
+}
+
+/// Retries entry `id` of `source`, if there is one and it can be: what the API's
+/// and the console's retry of one entry both do.
+pub(crate) async fn retry_entry(
+    app: &Intake,
+    source: &LiveSource,
+    id: uuid::Uuid,
+) -> Result<Result<Passed, Refused>, NotRetried> {
+    let row = entry(source, id)
+        .await
+        .map_err(NotRetried::Store)?
+        .ok_or(NotRetried::Missing)?;
+    if !row.retryable {
+        return Err(NotRetried::NotRetryable);
+    }
+    retry(app, source, row).await.map_err(NotRetried::Store)
 }
 
 /// What a retry of every entry did.

@@ -205,21 +205,16 @@ async fn retry_one(
     source: &crate::sources::live::LiveSource,
     id: uuid::Uuid,
 ) -> (bool, String) {
-    let row = match source.log() {
-        Some(store) => store.rejected_one(&source.source.name, id).await,
-        None => Ok(None),
-    };
-    match row {
-        Ok(Some(row)) if row.retryable => match rejected::retry(app, source, row).await {
-            Ok(Ok(_)) => (
-                false,
-                "It verifies now: ingested, and out of the log.".into(),
-            ),
-            Ok(Err(refused)) => (true, format!("Refused again: {}", refused.problem.detail)),
-            Err(e) => (true, format!("Retry failed: {e}")),
-        },
-        Ok(Some(_)) => (true, "Not retryable: its proof was not kept.".into()),
-        Ok(None) => (true, "No such entry (retried already?).".into()),
-        Err(e) => (true, format!("Retry failed: {e}")),
+    match rejected::retry_entry(app, source, id).await {
+        Ok(Ok(_)) => (
+            false,
+            "It verifies now: ingested, and out of the log.".into(),
+        ),
+        Ok(Err(refused)) => (true, format!("Refused again: {}", refused.problem.detail)),
+        Err(rejected::NotRetried::NotRetryable) => {
+            (true, "Not retryable: its proof was not kept.".into())
+        }
+        Err(rejected::NotRetried::Missing) => (true, "No such entry (retried already?).".into()),
+        Err(rejected::NotRetried::Store(e)) => (true, format!("Retry failed: {e}")),
     }
 }
