@@ -66,6 +66,9 @@ pub enum AppError {
     /// The stored subscribers do not make a routing table.
     #[error("delivery setup: the stored subscribers: {0}")]
     Subscribers(#[source] crate::registry::RegistryError),
+    /// The OTLP exporter (`OTEL_EXPORTER_OTLP_ENDPOINT`) could not be built.
+    #[error("{0}")]
+    Tracing(String),
 }
 
 /// The `DATABASE_URL` forms this build accepts.
@@ -310,6 +313,12 @@ impl App {
                 "ADMIN_TOKEN is not set: the admin routes and the console are open to anyone who can reach {local}; set it (16 characters or more) before hookbox faces a network"
             );
         }
+        let exporting = match &config.otlp {
+            Some(otlp) => Some(
+                crate::trace_export::start(otlp).map_err(|e| AppError::Tracing(e.to_string()))?,
+            ),
+            None => None,
+        };
         let stop_http = CancellationToken::new();
         let http = {
             let stop = stop_http.clone();
@@ -320,7 +329,11 @@ impl App {
                 crate::server::serve(listener, app, limits, stop.cancelled_owned()).await
             })
         };
-        run_workers(&config, &state, http, stop_http, shutdown).await
+        let ran = run_workers(&config, &state, http, stop_http, shutdown).await;
+        if let Some(exporting) = exporting {
+            exporting.finish(Duration::from_secs(5)).await;
+        }
+        ran
     }
 }
 

@@ -90,6 +90,11 @@ pub const SETTINGS: &[(&str, Option<&str>)] = &[
     ("MAX_CONNECTIONS", Some("10000")),
     ("LOG_LEVEL", Some("info")),
     ("LOG_FORMAT", Some("pretty")),
+    ("OTEL_EXPORTER_OTLP_ENDPOINT", None),
+    ("OTEL_EXPORTER_OTLP_PROTOCOL", Some("http/protobuf")),
+    ("OTEL_EXPORTER_OTLP_HEADERS", None),
+    ("OTEL_EXPORTER_OTLP_TIMEOUT", Some("10000")),
+    ("OTEL_SERVICE_NAME", Some("hookbox")),
 ];
 
 /// A configuration problem, naming the setting it is about.
@@ -130,6 +135,36 @@ pub enum SqliteSynchronous {
     Full,
     /// Survives a crash of the process, not of the machine.
     Normal,
+}
+
+/// Where and how spans are exported over OTLP (SPEC §13).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Otlp {
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`: the collector's base URL.
+    pub endpoint: String,
+    /// `OTEL_EXPORTER_OTLP_HEADERS`, decoded (sent with every export).
+    pub headers: Vec<(String, String)>,
+    /// `OTEL_EXPORTER_OTLP_TIMEOUT`: the longest one export may take.
+    pub timeout: Duration,
+    /// `OTEL_SERVICE_NAME`: the `service.name` of hookbox's spans.
+    pub service_name: String,
+}
+
+impl Otlp {
+    /// Where traces are posted: the base endpoint with `v1/traces` appended, as
+    /// the OpenTelemetry rules for `OTEL_EXPORTER_OTLP_ENDPOINT` say.
+    ///
+    /// ```
+    /// use hookbox::config::Config;
+    /// let cfg = Config::from_pairs([("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")])
+    ///     .expect("valid");
+    /// let otlp = cfg.otlp.expect("set");
+    /// assert_eq!(otlp.traces_endpoint(), "http://127.0.0.1:4318/v1/traces");
+    /// assert_eq!(otlp.service_name, "hookbox");
+    /// ```
+    pub fn traces_endpoint(&self) -> String {
+        format!("{}/v1/traces", self.endpoint.trim_end_matches('/'))
+    }
 }
 
 /// Human or machine log lines.
@@ -224,6 +259,8 @@ pub struct Config {
     pub log_level: String,
     /// Log line format.
     pub log_format: LogFormat,
+    /// The OTLP exporter (`OTEL_EXPORTER_OTLP_*`); `None`: no spans exported.
+    pub otlp: Option<Otlp>,
 }
 
 impl Default for Config {
@@ -312,6 +349,7 @@ impl Config {
                 "LOG_FORMAT",
                 &[("pretty", LogFormat::Pretty), ("json", LogFormat::Json)],
             )?,
+            otlp: s.otlp()?,
         })
     }
 
@@ -457,7 +495,10 @@ impl Settings {
     }
 
     fn invalid(&self, name: &'static str, reason: &str) -> ConfigError {
-        let value = if name == "ADMIN_TOKEN" || name == "DATABASE_URL" {
+        let value = if matches!(
+            name,
+            "ADMIN_TOKEN" | "DATABASE_URL" | "OTEL_EXPORTER_OTLP_HEADERS"
+        ) {
             "***".to_owned()
         } else {
             self.text(name)
@@ -582,6 +623,58 @@ impl Settings {
                 let names: Vec<&str> = options.iter().map(|(k, _)| *k).collect();
                 self.invalid(name, &format!("expected one of {}", names.join(", ")))
             })
+    }
+
+    /// The OTLP exporter's settings: `None` unless `OTEL_EXPORTER_OTLP_ENDPOINT`
+    /// is set. Only `http/protobuf` is spoken.
+    fn otlp(&self) -> Result<Option<Otlp>, ConfigError> {
+        let Some(endpoint) = self.optional("OTEL_EXPORTER_OTLP_ENDPOINT") else {
+            return Ok(None);
+        };
+        let url = url::Url::parse(&endpoint)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+            .ok_or_else(|| {
+                self.invalid(
+                    "OTEL_EXPORTER_OTLP_ENDPOINT",
+                    "expected an http:// or https:// URL like http://127.0.0.1:4318",
+                )
+            })?;
+        self.choice("OTEL_EXPORTER_OTLP_PROTOCOL", &[("http/protobuf", ())])?;
+        let millis: u64 = self.positive("OTEL_EXPORTER_OTLP_TIMEOUT")?;
+        let service_name = self.text("OTEL_SERVICE_NAME");
+        Ok(Some(Otlp {
+            endpoint: url.to_string(),
+            headers: self.otlp_headers()?,
+            timeout: Duration::from_millis(millis).min(MAX_DURATION),
+            service_name,
+        }))
+    }
+
+    /// `OTEL_EXPORTER_OTLP_HEADERS`: `name=value` pairs separated by commas, the
+    /// values percent-encoded (the OpenTelemetry rule).
+    fn otlp_headers(&self) -> Result<Vec<(String, String)>, ConfigError> {
+        const NAME: &str = "OTEL_EXPORTER_OTLP_HEADERS";
+        let text = self.text(NAME);
+        text.split(',')
+            .filter(|pair| !pair.trim().is_empty())
+            .map(|pair| {
+                let (name, value) = pair
+                    .split_once('=')
+                    .ok_or_else(|| self.invalid(NAME, "expected name=value pairs"))?;
+                let value = percent_encoding::percent_decode_str(value.trim())
+                    .decode_utf8()
+                    .map_err(|_| self.invalid(NAME, "a value is not UTF-8 once decoded"))?;
+                let name = name.trim().to_ascii_lowercase();
+                let valid = http::HeaderName::from_bytes(name.as_bytes()).is_ok()
+                    && http::HeaderValue::from_str(&value).is_ok();
+                if valid {
+                    Ok((name, value.into_owned()))
+                } else {
+                    Err(self.invalid(NAME, "a header name or value is not valid in HTTP"))
+                }
+            })
+            .collect()
     }
 
     fn hosts(&self, name: &'static str) -> Result<Vec<String>, ConfigError> {

@@ -84,4 +84,5 @@ pub(crate) mod state;
 pub mod store;
 pub mod telemetry;
 pub mod trace_context;
+pub(crate) mod trace_export;
 pub mod transform;

@@ -59,6 +59,11 @@ pub mod names {
     /// Counter `{destination,reason}`: attempts that had to wait for their
     /// destination (`rate_limit`, `retry_after`, `circuit`, `paused`, `max_in_flight`).
     pub const DESTINATION_THROTTLED: &str = "hookbox_destination_throttled_total";
+    /// Counter of spans sent to the OTLP collector (SPEC §13).
+    pub const TRACE_SPANS_EXPORTED: &str = "hookbox_trace_spans_exported_total";
+    /// Counter of spans dropped: the export queue was full, or the collector
+    /// refused or never answered their batch.
+    pub const TRACE_SPANS_DROPPED: &str = "hookbox_trace_spans_dropped_total";
 }
 
 /// Installs the global tracing subscriber (`LOG_LEVEL` filter, `LOG_FORMAT` lines).
@@ -172,6 +177,14 @@ pub fn describe() {
     describe_counter!(
         names::IDEMPOTENCY_CACHE_HITS,
         "Intake retries answered from the recent keys, without the database's writer"
+    );
+    describe_counter!(
+        names::TRACE_SPANS_EXPORTED,
+        "Spans sent to the OTLP collector (OTEL_EXPORTER_OTLP_ENDPOINT)"
+    );
+    describe_counter!(
+        names::TRACE_SPANS_DROPPED,
+        "Spans dropped: the export queue was full or the collector failed their batch"
     );
     metrics::counter!(names::EVENTS_DUPLICATE).absolute(0);
     metrics::counter!(names::IDEMPOTENCY_CACHE_HITS).absolute(0);

@@ -25,8 +25,18 @@
 //! assert_ne!(fresh.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
 //! ```
 
+use std::time::SystemTime;
+
 /// The longest `tracestate` kept.
 const MAX_TRACESTATE: usize = 512;
+
+/// Where an intake span began: the sender's span (its parent, when the request
+/// carried a valid `traceparent`) and the time. Known only at intake; not stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Began {
+    parent: Option<String>,
+    at: SystemTime,
+}
 
 /// A position in a trace: its trace id, a span id, the flags, and the vendors'
 /// `tracestate`.
@@ -36,24 +46,31 @@ pub struct TraceContext {
     span_id: String,
     flags: String,
     tracestate: Option<String>,
+    began: Option<Began>,
 }
 
 impl TraceContext {
     /// The event's context at intake: a span of hookbox's own in the sender's
     /// trace when `traceparent` is valid, else a new trace (sampled).
     pub fn accept(traceparent: Option<&str>, tracestate: Option<&str>) -> Self {
-        match traceparent.and_then(parse) {
-            Some((trace_id, flags)) => Self {
+        let at = SystemTime::now();
+        match traceparent.and_then(|t| Some((parse(t)?, t))) {
+            Some(((trace_id, flags), text)) => Self {
                 trace_id,
                 span_id: random_hex(8),
                 flags,
                 tracestate: tracestate.and_then(kept_state),
+                began: Some(Began {
+                    parent: Some(text.trim_matches([' ', '\t'])[36..52].to_owned()),
+                    at,
+                }),
             },
             None => Self {
                 trace_id: random_hex(16),
                 span_id: random_hex(8),
                 flags: "01".into(),
                 tracestate: None,
+                began: Some(Began { parent: None, at }),
             },
         }
     }
@@ -68,6 +85,7 @@ impl TraceContext {
             span_id: text[36..52].to_owned(),
             flags,
             tracestate: tracestate.and_then(kept_state),
+            began: None,
         })
     }
 
@@ -75,8 +93,26 @@ impl TraceContext {
     pub fn child(&self) -> Self {
         Self {
             span_id: random_hex(8),
+            began: None,
             ..self.clone()
         }
+    }
+
+    /// The sender's span, parent of hookbox's intake span: known only for a
+    /// context made by [`TraceContext::accept`] from a valid `traceparent`.
+    pub fn parent_span_id(&self) -> Option<&str> {
+        self.began.as_ref()?.parent.as_deref()
+    }
+
+    /// When [`TraceContext::accept`] made this context (the intake span's start);
+    /// `None` for a stored context or a child.
+    pub fn began_at(&self) -> Option<SystemTime> {
+        self.began.as_ref().map(|b| b.at)
+    }
+
+    /// Whether the trace is sampled (flag `01`): only sampled spans are exported.
+    pub fn sampled(&self) -> bool {
+        u8::from_str_radix(&self.flags, 16).is_ok_and(|f| f & 1 == 1)
     }
 
     /// The 32-hex trace id.
@@ -155,7 +191,11 @@ mod tests {
     #[test]
     fn the_w3c_rules_for_a_valid_traceparent() {
         let good = format!("00-{TRACE}-00f067aa0ba902b7-01");
-        assert_eq!(TraceContext::accept(Some(&good), None).trace_id(), TRACE);
+        let kept = TraceContext::accept(Some(&good), None);
+        assert_eq!(kept.trace_id(), TRACE);
+        assert_eq!(kept.parent_span_id(), Some("00f067aa0ba902b7"));
+        let unsampled = format!("00-{TRACE}-00f067aa0ba902b7-00");
+        assert!(!TraceContext::accept(Some(&unsampled), None).sampled());
         for bad in [
             format!("ff-{TRACE}-00f067aa0ba902b7-01"),
             format!("01-{TRACE}-00f067aa0ba902b7-01"),
@@ -187,7 +227,9 @@ mod tests {
         let t = TraceContext::accept(None, None);
         assert_eq!((t.trace_id().len(), t.span_id().len()), (32, 16));
         let back = TraceContext::stored(Some(&t.traceparent()), None).expect("valid");
-        assert_eq!(back, t);
+        assert_eq!(back.traceparent(), t.traceparent());
+        assert_eq!((back.began_at(), t.parent_span_id()), (None, None));
+        assert!(t.began_at().is_some() && t.sampled());
         let c = t.child();
         assert_eq!(c.trace_id(), t.trace_id());
         assert_ne!(c.span_id(), t.span_id());

@@ -216,7 +216,7 @@ pub(crate) async fn receive(
             accept_batch(app, source, reshaped).await
         }
         Identified::Event(submission) => {
-            let submission = reshape(source, headers, submission).await?;
+            let submission = reshape(source, headers, *submission).await?;
             accept_one(app, source, submission).await
         }
     }
@@ -415,8 +415,8 @@ enum Identified {
     /// A provider's handshake (Slack's `url_verification`, Discord's PING, Zoom's
     /// `endpoint.url_validation`): answered with this, nothing stored.
     Handshake(Value),
-    /// An event to commit.
-    Event(Submission),
+    /// An event to commit (boxed: a submission is large beside the others).
+    Event(Box<Submission>),
     /// A batched body's events (`split`), in body order.
     Batch(Vec<Submission>),
 }
@@ -459,7 +459,7 @@ fn identify_event(
             .collect::<Result<_, _>>()
             .map(Identified::Batch);
     }
-    submission(source, headers, payload, body, &s.delivery_id).map(Identified::Event)
+    submission(source, headers, payload, body, &s.delivery_id).map(|s| Identified::Event(Box::new(s)))
 }
 
 /// The answer to a verified handshake, if `payload` is one (docs/sources.md).

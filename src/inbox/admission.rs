@@ -182,6 +182,27 @@ pub enum Outcome {
     Refused(Refusal),
 }
 
+impl Outcome {
+    /// The stored event it is about (`None` when refused).
+    pub fn event(&self) -> Option<&EventSummary> {
+        match self {
+            Self::Accepted(e) | Self::Duplicate(e) | Self::KeyReused(e) => Some(e),
+            Self::Refused(_) => None,
+        }
+    }
+
+    /// The HTTP status intake answers it with: 202 new, 200 a duplicate, 422 a
+    /// key reused or an ordering value with NUL, 503 while shutting down.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            Self::Accepted(_) => 202,
+            Self::Duplicate(_) => 200,
+            Self::Refused(Refusal::Draining) => 503,
+            Self::KeyReused(_) | Self::Refused(_) => 422,
+        }
+    }
+}
+
 /// Why a submission was not admitted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {

@@ -42,6 +42,7 @@ use crate::processing::window::{WINDOW, Window};
 use crate::registry::live::LiveRegistry;
 use crate::store::pull::{PullBatch, PulledEvent};
 use crate::store::{Inserted, PendingDelivery, ReplayFilter, Store, StoreError, WorkStore};
+use crate::trace_context::TraceContext;
 
 mod admission;
 
@@ -348,7 +349,27 @@ impl Inbox {
     /// reloaded, the event routed again and committed with the new deliveries. The
     /// commit and the hand-off run on if the caller is dropped (a client that hung
     /// up).
-    pub async fn accept(&self, submission: Submission) -> Result<Outcome, InboxError> {
+    pub async fn accept(&self, mut submission: Submission) -> Result<Outcome, InboxError> {
+        if !crate::trace_export::enabled() {
+            return self.commit(submission).await;
+        }
+        let trace = submission
+            .trace
+            .get_or_insert_with(|| TraceContext::accept(None, None))
+            .clone();
+        let event_type = submission.event_type.as_str().to_owned();
+        let pushed = matches!(submission.origin, Origin::Webhooks | Origin::Source(_));
+        let result = self.commit(submission).await;
+        let (event_id, status) = match &result {
+            Ok(outcome) => (outcome.event().map(|e| e.id), outcome.http_status()),
+            Err(_) => (None, 503),
+        };
+        crate::trace_export::intake(&trace, event_id, &event_type, pushed.then_some(status));
+        result
+    }
+
+    /// [`Inbox::accept`] without its span.
+    async fn commit(&self, submission: Submission) -> Result<Outcome, InboxError> {
         let (mut event, origin) = match self.0.rules.admit(&self.0.registry, submission) {
             Ok(admitted) => admitted,
             Err(refusal) => return Ok(Outcome::Refused(refusal)),
@@ -432,10 +453,14 @@ impl Inbox {
                 Err(refusal) => outcomes.push(Some(Outcome::Refused(refusal))),
                 Ok((event, _)) => {
                     outcomes.push(None);
+                    let traced = event
+                        .trace
+                        .clone()
+                        .filter(|_| crate::trace_export::enabled());
                     prepared.push((
                         Place::take(self, &event),
                         Job::for_new_event(&event),
-                        event.deliveries.is_empty(),
+                        (event.deliveries.is_empty(), traced),
                         (event.event_type.clone(), event.payload_sha256.clone()),
                     ));
                     events.push(PulledEvent {
@@ -457,11 +482,17 @@ impl Inbox {
         };
         let mut due = Vec::new();
         let mut committed = Vec::with_capacity(results.len());
-        for ((place, jobs, unrouted, asked), inserted) in prepared.into_iter().zip(results) {
+        for ((place, jobs, (unrouted, traced), asked), inserted) in
+            prepared.into_iter().zip(results)
+        {
             if inserted.created {
                 place.keep();
                 due.extend(jobs);
                 self.count_received(&inserted.event.event_type, unrouted);
+                if let Some(trace) = traced {
+                    let event = &inserted.event;
+                    crate::trace_export::intake(&trace, Some(event.id), &event.event_type, None);
+                }
             }
             committed.push(admission::outcome(inserted, &asked.0, &asked.1));
         }

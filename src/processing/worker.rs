@@ -26,6 +26,7 @@ use crate::retry::{Decision, Failure, jitter};
 use crate::store::{Store, StoreError};
 use crate::telemetry::names;
 use crate::trace_context::TraceContext;
+use crate::trace_export;
 
 /// What every worker shares.
 #[derive(Clone)]
@@ -214,8 +215,9 @@ impl Workers {
     ) -> Result<(Outcome, Option<Lease<Job>>), StoreError> {
         let attempt = task.attempts + 1;
         let started_at = Timestamp::now().0;
-        let started = Instant::now();
-        let (result, done) = self.attempt_marked(route, task, attempt).await?;
+        let (started, began) = (Instant::now(), std::time::SystemTime::now());
+        let span = task.trace.as_ref().map(TraceContext::child);
+        let (result, done) = self.attempt_marked(route, task, attempt, &span).await?;
         let (answer, request) = (done.answer, done.request);
         let took = started.elapsed();
         let cancelled = answer.as_ref().is_some_and(|a| a.cancelled);
@@ -226,17 +228,31 @@ impl Workers {
             .map(|b| redact::attempt_error(&b, Attempt::MAX_ERROR_BYTES));
         metrics::histogram!(names::DELIVERY_DURATION, "handler" => route.name.clone())
             .record(took.as_secs_f64());
-        // Its row in the attempt history, committed with the outcome.
-        let record = |outcome: AttemptOutcome, error: Option<&str>| Attempt {
-            handler: task.handler.clone(),
-            attempt,
-            started_at,
-            duration_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
-            outcome,
-            response_status,
-            response_body: response_body.clone(),
-            request: request.clone(),
-            error: error.map(|m| redact::attempt_error(m, Attempt::MAX_ERROR_BYTES)),
+        // Its row in the attempt history, committed with the outcome; its span.
+        let record = |outcome: AttemptOutcome, error: Option<&str>| {
+            if let (Some(event), Some(span)) = (&task.trace, &span) {
+                trace_export::attempt(&trace_export::AttemptSpan {
+                    event,
+                    span,
+                    started: began,
+                    took,
+                    event_id: task.event_id,
+                    destination: &task.handler,
+                    attempt,
+                    outcome: outcome.as_str(),
+                });
+            }
+            Attempt {
+                handler: task.handler.clone(),
+                attempt,
+                started_at,
+                duration_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+                outcome,
+                response_status,
+                response_body: response_body.clone(),
+                request: request.clone(),
+                error: error.map(|m| redact::attempt_error(m, Attempt::MAX_ERROR_BYTES)),
+            }
         };
         let Err(failure) = result else {
             let (label, kind) = if cancelled {
@@ -299,8 +315,9 @@ impl Workers {
         route: &Route,
         task: &DeliveryTask,
         attempt: u32,
+        span: &Option<TraceContext>,
     ) -> Result<(Result<(), Failure>, Done), crate::store::StoreError> {
-        let run = attempt_once(route, task, attempt);
+        let run = attempt_once(route, task, attempt, span);
         tokio::pin!(run);
         tokio::select! {
             result = &mut run => return Ok(result),
@@ -427,12 +444,14 @@ fn count(route: &Route, outcome: &'static str) {
         .increment(1);
 }
 
-/// One attempt under the route's timeout, with panics turned into failures; with
-/// the HTTP status of the answer, when an http handler got one.
+/// One attempt under the route's timeout (as the child `span` of the event's
+/// trace), with panics turned into failures; with the HTTP status of the answer,
+/// when an http handler got one.
 async fn attempt_once(
     route: &Route,
     task: &DeliveryTask,
     attempt: u32,
+    span: &Option<TraceContext>,
 ) -> (Result<(), Failure>, Done) {
     let event = Event::new(
         task.event_id,
@@ -443,7 +462,7 @@ async fn attempt_once(
         task.created_at,
         attempt,
     )
-    .with_trace(task.trace.as_ref().map(TraceContext::child));
+    .with_trace(span.clone());
     let answer = event.answer();
     let call = AssertUnwindSafe(route.handler.clone().oneshot(event)).catch_unwind();
     let ran = tokio::time::timeout(route.policy.timeout, call).await;

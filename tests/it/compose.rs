@@ -114,3 +114,45 @@ fn the_postgres_profile_runs_two_instances_on_one_database_behind_one_port() {
         .collect();
     assert_eq!(published, ["8000:8000"], "one port");
 }
+
+#[test]
+fn the_postgres_profile_exports_traces_to_its_collector() {
+    let doc = compose();
+    let collector = &doc["services"]["otel-collector"];
+    assert!(
+        collector["profiles"]
+            .as_sequence()
+            .is_some_and(|p| p.iter().any(|x| x.as_str() == Some("postgres"))),
+        "the collector runs in the postgres profile"
+    );
+    // The collector's own configuration comes from the environment too.
+    let command: Vec<&str> = collector["command"]
+        .as_sequence()
+        .expect("command")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(command, ["--config=env:OTELCOL_CONFIG"]);
+    let config: Value = serde_norway::from_str(
+        collector["environment"]["OTELCOL_CONFIG"]
+            .as_str()
+            .expect("OTELCOL_CONFIG"),
+    )
+    .expect("the collector's configuration is YAML");
+    let endpoint = config["receivers"]["otlp"]["protocols"]["http"]["endpoint"]
+        .as_str()
+        .expect("an OTLP/HTTP receiver");
+    let port = endpoint.rsplit(':').next().expect("port");
+    assert_eq!(
+        config["service"]["pipelines"]["traces"]["receivers"][0].as_str(),
+        Some("otlp")
+    );
+    for (name, s) in hookbox_services(&doc, "postgres") {
+        let url = s["environment"]["OTEL_EXPORTER_OTLP_ENDPOINT"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name} exports its spans"));
+        assert_eq!(url, format!("http://otel-collector:{port}"), "{name}");
+        hookbox::config::Config::from_pairs([("OTEL_EXPORTER_OTLP_ENDPOINT", url)])
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}

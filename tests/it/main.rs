@@ -26,6 +26,7 @@ mod layers;
 mod library;
 mod memory;
 mod openapi;
+mod otlp;
 mod pgrestart;
 mod processing;
 mod pull;
