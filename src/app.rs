@@ -66,6 +66,11 @@ pub enum AppError {
     /// The stored subscribers do not make a routing table.
     #[error("delivery setup: the stored subscribers: {0}")]
     Subscribers(#[source] crate::registry::RegistryError),
+    /// `hookbox rotate-key` without `ENCRYPTION_KEY`.
+    #[error(
+        "rotate-key needs ENCRYPTION_KEY (or ENCRYPTION_KEY_FILE): the key to seal every secret under"
+    )]
+    NoEncryptionKey,
     /// The OTLP exporter (`OTEL_EXPORTER_OTLP_ENDPOINT`) could not be built.
     #[error("{0}")]
     Tracing(String),
@@ -93,7 +98,11 @@ pub struct Backend {
 /// Opens the database a configuration names (and applies its migrations).
 pub async fn open_backend(config: &Config) -> Result<Backend, AppError> {
     if let Some(path) = config.sqlite_path() {
-        let store = Arc::new(SqliteStore::open(&path, config.sqlite_synchronous).await?);
+        let store = Arc::new(
+            SqliteStore::open(&path, config.sqlite_synchronous)
+                .await?
+                .with_keys(config.encryption.clone()),
+        );
         return Ok(Backend {
             store: store.clone(),
             work: WorkStore::Due(store.clone()),
@@ -110,7 +119,8 @@ pub async fn open_backend(config: &Config) -> Result<Backend, AppError> {
                 config.database_max_connections,
                 &config.instance_id,
             )
-            .await?,
+            .await?
+            .with_keys(config.encryption.clone()),
         );
         return Ok(Backend {
             store: pg.clone(),
@@ -149,6 +159,28 @@ pub fn new_signing_secret() -> std::io::Result<String> {
 /// Opens the store a configuration names (and applies its migrations).
 pub async fn open_store(config: &Config) -> Result<Arc<dyn Store>, AppError> {
     Ok(open_backend(config).await?.store)
+}
+
+/// `hookbox rotate-key`: seals every stored subscriber secret again under
+/// `ENCRYPTION_KEY` (opening each with it or one of `ENCRYPTION_KEYS_OLD`;
+/// secrets kept in the clear are sealed too); how many. A secret no key opens
+/// stops it before anything is written.
+pub async fn rotate_key(config: &Config) -> Result<usize, AppError> {
+    if config.encryption.current_id().is_none() {
+        return Err(AppError::NoEncryptionKey);
+    }
+    // Its own instance id: it must not take over a running instance's claims.
+    let mut config = config.clone();
+    config.instance_id = format!("rotate-key-{}", std::process::id());
+    let store = open_store(&config).await?;
+    let subscribers = store.subscribers().await?;
+    let mut sealed = 0;
+    for subscriber in subscribers.into_iter().filter(|s| s.secret.is_some()) {
+        if store.update_subscriber(subscriber).await? {
+            sealed += 1;
+        }
+    }
+    Ok(sealed)
 }
 
 /// The global retry policy of a configuration.
@@ -308,6 +340,11 @@ impl App {
         info!(
             "listening on http://{local} (the console: http://{shown}/console; events: POST http://{shown}/webhooks)"
         );
+        if config.encryption.current_id().is_none() {
+            warn!(
+                "ENCRYPTION_KEY is not set: subscriber secrets are stored in the clear; set it (base64 of 32 bytes, `openssl rand -base64 32`) and run `hookbox rotate-key` to seal them"
+            );
+        }
         if state.admin_token.secret().is_none() {
             warn!(
                 "ADMIN_TOKEN is not set: the admin routes and the console are open to anyone who can reach {local}; set it (16 characters or more) before hookbox faces a network"

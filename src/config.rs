@@ -80,6 +80,9 @@ pub const SETTINGS: &[(&str, Option<&str>)] = &[
     ("MAX_BODY_BYTES", Some("1048576")),
     ("REQUIRE_IDEMPOTENCY_KEY", Some("false")),
     ("ADMIN_TOKEN", None),
+    ("ENCRYPTION_KEY", None),
+    ("ENCRYPTION_KEY_FILE", None),
+    ("ENCRYPTION_KEYS_OLD", None),
     ("SQLITE_SYNCHRONOUS", Some("full")),
     ("SHUTDOWN_GRACE", Some("10s")),
     ("ALLOWED_TARGETS", None),
@@ -259,6 +262,9 @@ pub struct Config {
     pub log_level: String,
     /// Log line format.
     pub log_format: LogFormat,
+    /// The keys that seal subscriber secrets (`ENCRYPTION_KEY`,
+    /// `ENCRYPTION_KEY_FILE`, `ENCRYPTION_KEYS_OLD`); empty: kept in the clear.
+    pub encryption: crate::sealing::Keyring,
     /// The OTLP exporter (`OTEL_EXPORTER_OTLP_*`); `None`: no spans exported.
     pub otlp: Option<Otlp>,
 }
@@ -330,6 +336,7 @@ impl Config {
             max_body_bytes: s.positive("MAX_BODY_BYTES")?,
             require_idempotency_key: s.boolean("REQUIRE_IDEMPOTENCY_KEY")?,
             admin_token: s.admin_token()?,
+            encryption: s.keyring()?,
             sqlite_synchronous: s.choice(
                 "SQLITE_SYNCHRONOUS",
                 &[
@@ -497,7 +504,11 @@ impl Settings {
     fn invalid(&self, name: &'static str, reason: &str) -> ConfigError {
         let value = if matches!(
             name,
-            "ADMIN_TOKEN" | "DATABASE_URL" | "OTEL_EXPORTER_OTLP_HEADERS"
+            "ADMIN_TOKEN"
+                | "DATABASE_URL"
+                | "OTEL_EXPORTER_OTLP_HEADERS"
+                | "ENCRYPTION_KEY"
+                | "ENCRYPTION_KEYS_OLD"
         ) {
             "***".to_owned()
         } else {
@@ -623,6 +634,40 @@ impl Settings {
                 let names: Vec<&str> = options.iter().map(|(k, _)| *k).collect();
                 self.invalid(name, &format!("expected one of {}", names.join(", ")))
             })
+    }
+
+    /// `ENCRYPTION_KEY` (or the file `ENCRYPTION_KEY_FILE` holding it) and
+    /// `ENCRYPTION_KEYS_OLD` (space separated): base64 of 32 bytes each.
+    fn keyring(&self) -> Result<crate::sealing::Keyring, ConfigError> {
+        let file = self.optional("ENCRYPTION_KEY_FILE");
+        let current = match (self.optional("ENCRYPTION_KEY"), file) {
+            (Some(_), Some(_)) => {
+                return Err(self.invalid(
+                    "ENCRYPTION_KEY_FILE",
+                    "set ENCRYPTION_KEY or ENCRYPTION_KEY_FILE, not both",
+                ));
+            }
+            (Some(key), None) => Some(key),
+            (None, Some(path)) => Some(std::fs::read_to_string(&path).map_err(|e| {
+                self.invalid("ENCRYPTION_KEY_FILE", &format!("cannot read it: {e}"))
+            })?),
+            (None, None) => None,
+        };
+        let key_name = if self.optional("ENCRYPTION_KEY").is_some() {
+            "ENCRYPTION_KEY"
+        } else {
+            "ENCRYPTION_KEY_FILE"
+        };
+        if let Some(key) = &current {
+            crate::sealing::Keyring::new(Some(key), &[])
+                .map_err(|e| self.invalid(key_name, &e.to_string()))?;
+        }
+        let old_text = self.text("ENCRYPTION_KEYS_OLD");
+        let old: Vec<&str> = old_text.split_whitespace().collect();
+        crate::sealing::Keyring::new(None, &old)
+            .map_err(|e| self.invalid("ENCRYPTION_KEYS_OLD", &e.to_string()))?;
+        crate::sealing::Keyring::new(current.as_deref(), &old)
+            .map_err(|e| self.invalid(key_name, &e.to_string()))
     }
 
     /// The OTLP exporter's settings: `None` unless `OTEL_EXPORTER_OTLP_ENDPOINT`

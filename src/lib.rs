@@ -76,6 +76,7 @@ pub(crate) mod redact;
 pub mod registry;
 pub(crate) mod retention;
 pub mod retry;
+pub mod sealing;
 pub(crate) mod server;
 pub(crate) mod signing;
 pub mod sources;

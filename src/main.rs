@@ -45,6 +45,9 @@ enum Command {
         #[command(subcommand)]
         command: SourcesCommand,
     },
+    /// Seal every stored subscriber secret again under ENCRYPTION_KEY, opening
+    /// them with it or ENCRYPTION_KEYS_OLD (secrets stored in the clear too).
+    RotateKey,
     /// Print the OpenAPI 3.1 document that GET /openapi.json serves.
     Openapi,
     /// Print a new signing secret (whsec_ and 32 random bytes in base64), for a
@@ -122,6 +125,7 @@ fn main() -> ExitCode {
         match cli.command.unwrap_or(Command::Serve) {
             Command::Serve => serve(config).await,
             Command::Migrate => migrate(config).await,
+            Command::RotateKey => rotate_key(config).await,
             Command::Health { url, timeout } => health(&url, timeout).await,
             Command::Handlers {
                 command: HandlersCommand::Check { dir },
@@ -174,8 +178,13 @@ fn exit_code(e: &anyhow::Error) -> u8 {
     use hookbox::{app::AppError, store::StoreError};
     match e.downcast_ref::<AppError>() {
         Some(
-            AppError::Store(StoreError::InUse { .. } | StoreError::NotWritable { .. })
-            | AppError::UnsupportedDatabase(_),
+            AppError::Store(
+                StoreError::InUse { .. }
+                | StoreError::NotWritable { .. }
+                | StoreError::Sealed { .. },
+            )
+            | AppError::UnsupportedDatabase(_)
+            | AppError::NoEncryptionKey,
         ) => 2,
         _ => 1,
     }
@@ -289,6 +298,13 @@ fn check_sources(config: &Config, dir: Option<PathBuf>) -> ExitCode {
 async fn migrate(config: Config) -> anyhow::Result<ExitCode> {
     hookbox::app::open_store(&config).await?;
     println!("migrations applied");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn rotate_key(config: Config) -> anyhow::Result<ExitCode> {
+    let sealed = hookbox::app::rotate_key(&config).await?;
+    let key = config.encryption.current_id().unwrap_or_default();
+    println!("{sealed} subscriber secrets sealed under key {key}");
     Ok(ExitCode::SUCCESS)
 }
 

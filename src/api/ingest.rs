@@ -459,7 +459,8 @@ fn identify_event(
             .collect::<Result<_, _>>()
             .map(Identified::Batch);
     }
-    submission(source, headers, payload, body, &s.delivery_id).map(|s| Identified::Event(Box::new(s)))
+    submission(source, headers, payload, body, &s.delivery_id)
+        .map(|s| Identified::Event(Box::new(s)))
 }
 
 /// The answer to a verified handshake, if `payload` is one (docs/sources.md).

@@ -7,6 +7,7 @@
 //! SQLite with [`Store::start`], on PostgreSQL by a [`ClaimStore::claim`] (its
 //! `finish` records only what this instance holds).
 
+use crate::trace_context::TraceContext;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -178,8 +179,13 @@ async fn intake(b: &Backend) -> NewEvent {
         .await
         .expect("task")
         .expect("some");
+    let place = |t: &Option<TraceContext>| {
+        t.as_ref()
+            .map(|t| (t.traceparent(), t.tracestate().map(str::to_owned)))
+    };
     assert_eq!(
-        task.trace, first.trace,
+        place(&task.trace),
+        place(&first.trace),
         "{}: a worker gets the event's trace",
         b.name
     );

@@ -47,6 +47,14 @@ pub enum StoreError {
     /// A stored value that does not parse (a corrupt or foreign row).
     #[error("corrupt row: {0}")]
     Corrupt(String),
+    /// A subscriber's stored secret that no configured key opens (SPEC §14).
+    #[error("the stored secret of subscriber {subscriber:?} cannot be read: {reason}")]
+    Sealed {
+        /// The subscriber.
+        subscriber: String,
+        /// Why (which key it needs; never the secret).
+        reason: crate::sealing::OpenError,
+    },
     /// The subscribers changed since the event was routed (PostgreSQL): route it
     /// again with the stored subscribers and retry. Nothing was stored.
     #[error("the subscribers changed since the event was routed")]
@@ -160,18 +168,20 @@ pub(crate) mod sql {
 
     /// Inserts a subscriber unless its name is taken; binds: name, event_types,
     /// url, secret, ordering_key, max_attempts, backoff, active, created_at,
-    /// updated_at, max_in_flight, rate_limit, disable_after, filter, transform.
+    /// updated_at, max_in_flight, rate_limit, disable_after, filter, transform,
+    /// secret_key_id (the secret as [`crate::sealing::Keyring::seal`] made it).
     pub(crate) const INSERT_SUBSCRIBER: &str = "INSERT INTO subscribers (name, event_types, \
         url, secret, ordering_key, max_attempts, backoff, active, created_at, updated_at, \
-        max_in_flight, rate_limit, disable_after, filter, transform) \
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
+        max_in_flight, rate_limit, disable_after, filter, transform, secret_key_id) \
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
         ON CONFLICT (name) DO NOTHING";
 
     /// Replaces a subscriber; the same binds as [`INSERT_SUBSCRIBER`] ($9 unused).
     pub(crate) const UPDATE_SUBSCRIBER: &str = "UPDATE subscribers SET event_types = $2, \
         url = $3, secret = $4, ordering_key = $5, max_attempts = $6, backoff = $7, \
         active = $8, updated_at = $10, max_in_flight = $11, rate_limit = $12, \
-        disable_after = $13, filter = $14, transform = $15 WHERE name = $1";
+        disable_after = $13, filter = $14, transform = $15, secret_key_id = $16 \
+        WHERE name = $1";
 
     /// Unfinished deliveries per handler, with the oldest's creation time.
     pub(crate) const DESTINATION_BACKLOG: &str = "SELECT handler, CAST(COUNT(*) AS INTEGER) AS n, \
@@ -198,8 +208,8 @@ pub(crate) mod sql {
     /// Every subscriber, by name.
     pub(crate) const SELECT_SUBSCRIBERS: &str = "SELECT name, event_types, url, secret, \
         ordering_key, max_attempts, backoff, active, created_at, updated_at, \
-        max_in_flight, rate_limit, disable_after, filter, transform FROM subscribers \
-        ORDER BY name";
+        max_in_flight, rate_limit, disable_after, filter, transform, secret_key_id \
+        FROM subscribers ORDER BY name";
 }
 
 /// What [`Store::erase`] did.
@@ -305,6 +315,20 @@ pub(crate) fn storable_finish(mut finish: Finish) -> Finish {
         clean(&mut attempt.request);
     }
     finish
+}
+
+/// A subscriber as both stores keep it: its secret sealed with `keys` (kept as it
+/// is without a key), and the sealing key's id.
+pub(crate) fn sealed_subscriber(
+    mut s: crate::model::Subscriber,
+    keys: &crate::sealing::Keyring,
+) -> (crate::model::Subscriber, Option<String>) {
+    let Some(secret) = s.secret.take() else {
+        return (s, None);
+    };
+    let sealed = keys.seal(&s.name, &secret);
+    s.secret = Some(sealed.text);
+    (s, sealed.key_id)
 }
 
 /// A subscriber's `event_types` and `backoff` as the JSON text both stores keep.

@@ -199,13 +199,30 @@ fn json_list(row: &impl RowExt, col: &str) -> Result<Option<Vec<String>>, StoreE
         .transpose()
 }
 
-/// Decodes a subscriber row.
-pub(super) fn subscriber(row: &impl RowExt) -> Result<Subscriber, StoreError> {
+/// Decodes a subscriber row, opening its secret with `keys`.
+pub(super) fn subscriber(
+    row: &impl RowExt,
+    keys: &crate::sealing::Keyring,
+) -> Result<Subscriber, StoreError> {
+    let name: String = owned(row, "name")?;
+    let key_id = row.opt_text("secret_key_id")?;
+    let secret = match row.opt_text("secret")? {
+        None => None,
+        Some(text) => {
+            Some(
+                keys.open(&name, text, key_id)
+                    .map_err(|reason| StoreError::Sealed {
+                        subscriber: name.clone(),
+                        reason,
+                    })?,
+            )
+        }
+    };
     Ok(Subscriber {
-        name: owned(row, "name")?,
+        name,
         event_types: json_list(row, "event_types")?.unwrap_or_default(),
         url: owned(row, "url")?,
-        secret: opt_owned(row, "secret")?,
+        secret,
         ordering_key: opt_owned(row, "ordering_key")?,
         max_attempts: row
             .opt_int("max_attempts")?

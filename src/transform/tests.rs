@@ -40,7 +40,7 @@ fn an_endless_loop_is_stopped_within_the_limit_and_the_next_run_works() {
 fn a_huge_allocation_is_stopped_and_the_next_run_works() {
     let t = compile(
         "function handler(w) { if (w.grow) { const a = []; \
-         for (;;) { a.push('x'.repeat(1024) + a.length); } } return w; }",
+         for (;;) { a.push('x'.repeat(1 << 20) + a.length); } } return w; }",
     );
     assert_eq!(t.run(&json!({"grow": true})), Err(TransformError::Memory));
     let t2 = compile(

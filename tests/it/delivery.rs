@@ -40,7 +40,7 @@ fn new_secret() -> String {
 
 /// Standard Webhooks, written here from the specification (not hookbox's code):
 /// base64(HMAC-SHA256(base64decode(secret without `whsec_`), "{id}.{ts}.{body}")).
-fn signature(secret: &str, id: &str, timestamp: &str, body: &[u8]) -> String {
+pub(crate) fn signature(secret: &str, id: &str, timestamp: &str, body: &[u8]) -> String {
     let key = STANDARD
         .decode(secret.strip_prefix("whsec_").expect("whsec_ prefix"))
         .expect("base64 secret");

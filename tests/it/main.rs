@@ -32,6 +32,7 @@ mod processing;
 mod pull;
 mod receiver;
 mod recent_keys;
+mod sealing;
 mod security;
 mod sources;
 mod status;

@@ -76,6 +76,8 @@ pub struct PgStore {
     listening: Arc<OnceLock<()>>,
     /// The gauges' counts, computed at most once a second.
     stats: Arc<super::StatsCache>,
+    /// Seal and open subscriber secrets ([`PgStore::with_keys`]).
+    keys: crate::sealing::Keyring,
 }
 
 impl PgStore {
@@ -131,7 +133,15 @@ impl PgStore {
             subscribers_changed: Arc::new(Notify::new()),
             listening: Arc::new(OnceLock::new()),
             stats: Arc::default(),
+            keys: Default::default(),
         })
+    }
+
+    /// Seals subscriber secrets with `keys` from now on, and opens them with them
+    /// (without, secrets are kept in the clear).
+    pub fn with_keys(mut self, keys: crate::sealing::Keyring) -> Self {
+        self.keys = keys;
+        self
     }
 
     /// Starts the `LISTEN` task once (new work and subscriber changes).
@@ -536,7 +546,7 @@ impl Store for PgStore {
             .fetch_all(&self.pool)
             .await?
             .iter()
-            .map(rows::subscriber)
+            .map(|row| rows::subscriber(row, &self.keys))
             .collect()
     }
 
@@ -553,7 +563,7 @@ impl Store for PgStore {
             .fetch_all(&mut *tx)
             .await?
             .iter()
-            .map(rows::subscriber)
+            .map(|row| rows::subscriber(row, &self.keys))
             .collect::<Result<Vec<_>, _>>()?;
         tx.commit().await?;
         Ok((subscribers, u64::try_from(version).unwrap_or(0)))
@@ -606,6 +616,7 @@ impl PgStore {
     /// Inserts (or, with `replace`, updates) a subscriber; false when the name is
     /// taken (insert) or unknown (update).
     async fn save_subscriber(&self, s: Subscriber, replace: bool) -> Result<bool, StoreError> {
+        let (s, key_id) = super::sealed_subscriber(s, &self.keys);
         let (event_types, backoff) = super::subscriber_lists(&s)?;
         let sql = if replace {
             super::sql::UPDATE_SUBSCRIBER
@@ -628,6 +639,7 @@ impl PgStore {
             .bind(s.disable_after)
             .bind(s.filter.as_ref().map(|f| f.to_string()))
             .bind(s.transform)
+            .bind(key_id)
             .execute(&self.pool)
             .await?;
         Ok(done.rows_affected() > 0)

@@ -68,6 +68,8 @@ pub struct SqliteStore {
     /// The keys the writer committed lately ([`RECENT_KEYS`] at most), which
     /// [`Store::recent_key`] answers from.
     recent: Arc<RecentKeys>,
+    /// Seal and open subscriber secrets ([`SqliteStore::with_keys`]).
+    keys: crate::sealing::Keyring,
 }
 
 impl SqliteStore {
@@ -119,7 +121,15 @@ impl SqliteStore {
             writes,
             stats: Default::default(),
             recent,
+            keys: Default::default(),
         })
+    }
+
+    /// Seals subscriber secrets with `keys` from now on, and opens them with them
+    /// (without, secrets are kept in the clear).
+    pub fn with_keys(mut self, keys: crate::sealing::Keyring) -> Self {
+        self.keys = keys;
+        self
     }
 
     /// Opens `sqlite://PATH`-style URLs too (for tests and tools).
@@ -517,23 +527,25 @@ impl Store for SqliteStore {
             .fetch_all(&self.read)
             .await?
             .iter()
-            .map(rows::subscriber)
+            .map(|row| rows::subscriber(row, &self.keys))
             .collect()
     }
 
     async fn insert_subscriber(&self, subscriber: Subscriber) -> Result<bool, StoreError> {
+        let sealed = crate::store::sealed_subscriber(subscriber, &self.keys);
         self.send(|reply| {
             writer::solo(reply, move |conn| {
-                Box::pin(writer::save_subscriber(conn, subscriber, false))
+                Box::pin(writer::save_subscriber(conn, sealed, false))
             })
         })
         .await
     }
 
     async fn update_subscriber(&self, subscriber: Subscriber) -> Result<bool, StoreError> {
+        let sealed = crate::store::sealed_subscriber(subscriber, &self.keys);
         self.send(|reply| {
             writer::solo(reply, move |conn| {
-                Box::pin(writer::save_subscriber(conn, subscriber, true))
+                Box::pin(writer::save_subscriber(conn, sealed, true))
             })
         })
         .await

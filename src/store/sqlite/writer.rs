@@ -652,7 +652,7 @@ pub(super) async fn replay(
 /// (insert) or unknown (update).
 pub(super) async fn save_subscriber(
     conn: &mut SqliteConnection,
-    s: Subscriber,
+    (s, key_id): (Subscriber, Option<String>),
     replace: bool,
 ) -> Result<bool, StoreError> {
     let (event_types, backoff) = crate::store::subscriber_lists(&s)?;
@@ -677,6 +677,7 @@ pub(super) async fn save_subscriber(
         .bind(s.disable_after)
         .bind(s.filter.as_ref().map(|f| f.to_string()))
         .bind(s.transform)
+        .bind(key_id)
         .execute(&mut *conn)
         .await?;
     Ok(done.rows_affected() > 0)
