@@ -361,7 +361,8 @@ impl App {
             let stop = stop_http.clone();
             let app =
                 crate::api::router(state.clone()).merge(crate::console::router(state.clone()));
-            let limits = crate::server::Limits::new(config.max_connections as usize);
+            let limits =
+                crate::server::Limits::new(config.max_connections as usize, config.max_body_bytes);
             tokio::spawn(async move {
                 crate::server::serve(listener, app, limits, stop.cancelled_owned()).await
             })

@@ -15,11 +15,17 @@
 //!   connection holds one
 //!   permit of a semaphore until it closes; while none is free the server accepts
 //!   nothing, and further clients wait in the kernel's listen backlog;
+//! - **bytes of unfinished request bodies** ([`BODY_BUDGET_BYTES`], 64 MiB, or four
+//!   times `MAX_BODY_BYTES` if that is more): all bodies still arriving hold what
+//!   they have delivered against one budget until they are whole; a chunk that
+//!   does not fit fails its request with 503 `unavailable` and `Retry-After: 1`
+//!   ([`hookbox_layers::body_budget`]), so stalled uploads on many connections
+//!   cannot hold more memory than that;
 //! - **graceful shutdown**: when `shutdown` resolves the listener is closed, idle
 //!   connections are closed, and requests in flight are answered before their
 //!   connections close.
 //!
-//! The request body's limits (size, time) are the router's business.
+//! The request body's other limits (size, time) are the router's business.
 
 use std::future::Future;
 use std::io;
@@ -27,6 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use hookbox_layers::body_budget::BodyBudget;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -44,6 +51,15 @@ pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// one gets 431.
 pub(crate) const MAX_HEADER_BYTES: usize = 16 * 1024;
 
+/// The most one connection's read buffer holds (hyper's default grows to about
+/// 400 KB per connection while a large body streams in, which many connections
+/// multiply); header sections ([`MAX_HEADER_BYTES`]) fit well within it.
+pub(crate) const MAX_READ_BUFFER: usize = 64 * 1024;
+
+/// The bytes that request bodies still arriving may hold in all (at least four
+/// bodies of `MAX_BODY_BYTES`).
+pub(crate) const BODY_BUDGET_BYTES: usize = 64 << 20;
+
 /// The front door's limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Limits {
@@ -53,15 +69,19 @@ pub(crate) struct Limits {
     pub header_read_timeout: Duration,
     /// See [`MAX_HEADER_BYTES`].
     pub max_header_bytes: usize,
+    /// See [`BODY_BUDGET_BYTES`].
+    pub body_budget: usize,
 }
 
 impl Limits {
-    /// The default timeouts and sizes with at most `max_connections` connections.
-    pub(crate) fn new(max_connections: usize) -> Self {
+    /// The default timeouts and sizes with at most `max_connections` connections
+    /// and request bodies of at most `max_body_bytes`.
+    pub(crate) fn new(max_connections: usize, max_body_bytes: usize) -> Self {
         Self {
             max_connections,
             header_read_timeout: HEADER_READ_TIMEOUT,
             max_header_bytes: MAX_HEADER_BYTES,
+            body_budget: BODY_BUDGET_BYTES.max(max_body_bytes.saturating_mul(4)),
         }
     }
 }
@@ -79,6 +99,7 @@ pub(crate) async fn serve(
     let permits = Arc::new(Semaphore::new(
         limits.max_connections.clamp(1, Semaphore::MAX_PERMITS),
     ));
+    let budget = BodyBudget::new(limits.body_budget);
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -87,11 +108,12 @@ pub(crate) async fn serve(
             accepted = accept(&listener, &permits) => accepted?,
         };
         let client = crate::guard::ClientAddr(peer(&stream));
+        let budget = budget.clone();
         let service = TowerToHyperService::new(tower::ServiceExt::map_request(
             router.clone(),
             move |mut req: http::Request<hyper::body::Incoming>| {
                 req.extensions_mut().insert(client);
-                req
+                req.map(|body| budget.wrap(body))
             },
         ));
         let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
@@ -120,6 +142,7 @@ fn builder(limits: &Limits) -> http1::Builder {
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
         .max_header_size(limits.max_header_bytes)
+        .max_buf_size(MAX_READ_BUFFER)
         .keep_alive(true);
     http
 }

@@ -93,10 +93,13 @@ pub(crate) async fn ingest(
                 Err(refused) => (body, refused),
             }
         }
-        Err(rejection) => (
-            Default::default(),
-            Refused::unverified(Reason::Other, rejection.into()),
-        ),
+        Err(rejection) => {
+            // Out of the body budget is hookbox's state, not the sender's fault.
+            let busy = rejection.status == StatusCode::SERVICE_UNAVAILABLE;
+            let mut refused = Refused::unverified(Reason::Other, rejection.into());
+            refused.logged = !busy;
+            (Default::default(), refused)
+        }
     };
     if refused.logged {
         let mut row = rejected::entry(

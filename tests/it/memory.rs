@@ -23,7 +23,7 @@ const THREADS: usize = 16;
 const BOUND: u64 = 120 << 20;
 
 /// A `/proc/<pid>/status` field (`VmRSS`, `VmHWM`) in bytes.
-fn proc_status(pid: u32, field: &str) -> u64 {
+pub(crate) fn proc_status(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
     let kb: u64 = status
         .lines()

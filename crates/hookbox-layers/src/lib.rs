@@ -69,6 +69,7 @@
 //!   Without it, pass your own with [`metrics::HttpMetricsLayer::route_with`].
 
 pub mod backpressure;
+pub mod body_budget;
 pub mod idempotency;
 pub mod metrics;
 pub mod rejection;

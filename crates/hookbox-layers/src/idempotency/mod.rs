@@ -356,7 +356,8 @@ fn unavailable(detail: String) -> Rejection {
 
 /// Buffers a request body up to `limit` bytes within `timeout`: over the limit is a
 /// 413 `payload_too_large`, too slow a 408 `request_timeout`, a body that fails to
-/// arrive a 400 `invalid_body`.
+/// arrive a 400 `invalid_body`, one that did not fit in the
+/// [budget](crate::body_budget) a 503 `unavailable` with `Retry-After: 1`.
 pub async fn buffer<B>(
     headers: &HeaderMap,
     body: B,
@@ -390,6 +391,9 @@ where
     match read {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.is::<LengthLimitError>() => Err(too_large()),
+        Err(e) if crate::body_budget::exceeded(&*e) => {
+            Err(unavailable(crate::body_budget::BudgetExceeded.to_string()))
+        }
         Err(e) => Err(Rejection::new(StatusCode::BAD_REQUEST, "invalid_body")
             .detail(format!("could not read the request body: {e}"))),
     }
