@@ -25,16 +25,63 @@
 //! assert_ne!(fresh.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
 //! ```
 
+use std::fmt;
 use std::time::SystemTime;
 
 /// The longest `tracestate` kept.
 const MAX_TRACESTATE: usize = 512;
 
+/// Lower-case hex digits of a fixed length: a trace id (32), a span id (16) or
+/// the flags (2), kept inline so that making or cloning a context allocates
+/// nothing but its `tracestate`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Hex<const N: usize>([u8; N]);
+
+impl<const N: usize> Hex<N> {
+    /// `text` when it is exactly `N` lower-case hex digits, not all zeros.
+    fn parse(text: &str) -> Option<Self> {
+        let bytes: [u8; N] = text.as_bytes().try_into().ok()?;
+        let hex = bytes
+            .iter()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c));
+        (hex && bytes.iter().any(|c| *c != b'0')).then_some(Self(bytes))
+    }
+
+    /// `N / 2` random bytes as hex, never all zeros. Trace and span ids need to
+    /// be unique, not secret: the thread's fast generator (seeded from the OS)
+    /// serves, with no system call on the intake path.
+    fn random() -> Self {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        loop {
+            let mut out = [b'0'; N];
+            for pair in out.chunks_exact_mut(2) {
+                let b = fastrand::u8(..);
+                pair[0] = DIGITS[usize::from(b >> 4)];
+                pair[1] = DIGITS[usize::from(b & 15)];
+            }
+            if out.iter().any(|c| *c != b'0') {
+                return Self(out);
+            }
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        // Only ASCII hex digits are ever stored.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+impl<const N: usize> fmt::Debug for Hex<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Where an intake span began: the sender's span (its parent, when the request
 /// carried a valid `traceparent`) and the time. Known only at intake; not stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Began {
-    parent: Option<String>,
+    parent: Option<Hex<16>>,
     at: SystemTime,
 }
 
@@ -42,9 +89,9 @@ struct Began {
 /// `tracestate`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceContext {
-    trace_id: String,
-    span_id: String,
-    flags: String,
+    trace_id: Hex<32>,
+    span_id: Hex<16>,
+    flags: [u8; 2],
     tracestate: Option<String>,
     began: Option<Began>,
 }
@@ -54,21 +101,20 @@ impl TraceContext {
     /// trace when `traceparent` is valid, else a new trace (sampled).
     pub fn accept(traceparent: Option<&str>, tracestate: Option<&str>) -> Self {
         let at = SystemTime::now();
-        match traceparent.and_then(|t| Some((parse(t)?, t))) {
-            Some(((trace_id, flags), text)) => Self {
-                trace_id,
-                span_id: random_hex(8),
-                flags,
+        match traceparent.and_then(parse) {
+            Some(given) => Self {
+                span_id: Hex::random(),
                 tracestate: tracestate.and_then(kept_state),
                 began: Some(Began {
-                    parent: Some(text.trim_matches([' ', '\t'])[36..52].to_owned()),
+                    parent: Some(given.span_id),
                     at,
                 }),
+                ..given
             },
             None => Self {
-                trace_id: random_hex(16),
-                span_id: random_hex(8),
-                flags: "01".into(),
+                trace_id: Hex::random(),
+                span_id: Hex::random(),
+                flags: *b"01",
                 tracestate: None,
                 began: Some(Began { parent: None, at }),
             },
@@ -78,21 +124,16 @@ impl TraceContext {
     /// A stored context (`traceparent` as [`TraceContext::traceparent`] wrote it);
     /// `None` when it is missing or not valid.
     pub fn stored(traceparent: Option<&str>, tracestate: Option<&str>) -> Option<Self> {
-        let text = traceparent?;
-        let (trace_id, flags) = parse(text)?;
         Some(Self {
-            trace_id,
-            span_id: text[36..52].to_owned(),
-            flags,
             tracestate: tracestate.and_then(kept_state),
-            began: None,
+            ..parse(traceparent?)?
         })
     }
 
     /// A child span: the same trace, a new span id (one per attempt).
     pub fn child(&self) -> Self {
         Self {
-            span_id: random_hex(8),
+            span_id: Hex::random(),
             began: None,
             ..self.clone()
         }
@@ -101,7 +142,7 @@ impl TraceContext {
     /// The sender's span, parent of hookbox's intake span: known only for a
     /// context made by [`TraceContext::accept`] from a valid `traceparent`.
     pub fn parent_span_id(&self) -> Option<&str> {
-        self.began.as_ref()?.parent.as_deref()
+        self.began.as_ref()?.parent.as_ref().map(Hex::as_str)
     }
 
     /// When [`TraceContext::accept`] made this context (the intake span's start);
@@ -112,22 +153,34 @@ impl TraceContext {
 
     /// Whether the trace is sampled (flag `01`): only sampled spans are exported.
     pub fn sampled(&self) -> bool {
-        u8::from_str_radix(&self.flags, 16).is_ok_and(|f| f & 1 == 1)
+        // The low bit of the flags' second hex digit.
+        matches!(
+            self.flags[1],
+            b'1' | b'3' | b'5' | b'7' | b'9' | b'b' | b'd' | b'f'
+        )
     }
 
     /// The 32-hex trace id.
     pub fn trace_id(&self) -> &str {
-        &self.trace_id
+        self.trace_id.as_str()
     }
 
     /// The 16-hex span id.
     pub fn span_id(&self) -> &str {
-        &self.span_id
+        self.span_id.as_str()
     }
 
     /// `00-<trace id>-<span id>-<flags>`.
     pub fn traceparent(&self) -> String {
-        format!("00-{}-{}-{}", self.trace_id, self.span_id, self.flags)
+        let mut text = String::with_capacity(55);
+        text.push_str("00-");
+        text.push_str(self.trace_id.as_str());
+        text.push('-');
+        text.push_str(self.span_id.as_str());
+        text.push('-');
+        text.push(char::from(self.flags[0]));
+        text.push(char::from(self.flags[1]));
+        text
     }
 
     /// The vendors' `tracestate`, as the sender gave it.
@@ -136,21 +189,34 @@ impl TraceContext {
     }
 }
 
-/// The trace id and flags of a valid level-1 `traceparent`.
-fn parse(text: &str) -> Option<(String, String)> {
+/// A valid level-1 `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`, lower case,
+/// non-zero ids), without a `tracestate`.
+fn parse(text: &str) -> Option<TraceContext> {
     let text = text.trim_matches([' ', '\t']);
     let b = text.as_bytes();
-    if b.len() != 55 || !text.starts_with("00-") || b[35] != b'-' || b[52] != b'-' {
+    // ASCII first: slicing at byte offsets below must not split a character.
+    if b.len() != 55
+        || !text.is_ascii()
+        || !text.starts_with("00-")
+        || b[35] != b'-'
+        || b[52] != b'-'
+    {
         return None;
     }
-    let lower_hex = |s: &str| {
-        s.bytes()
-            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
-    };
-    let (trace, parent, flags) = (&text[3..35], &text[36..52], &text[53..55]);
-    let zero = |s: &str| s.bytes().all(|c| c == b'0');
-    (lower_hex(trace) && lower_hex(parent) && lower_hex(flags) && !zero(trace) && !zero(parent))
-        .then(|| (trace.to_owned(), flags.to_owned()))
+    let flags = &b[53..55];
+    if !flags
+        .iter()
+        .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
+    {
+        return None;
+    }
+    Some(TraceContext {
+        trace_id: Hex::parse(&text[3..35])?,
+        span_id: Hex::parse(&text[36..52])?,
+        flags: [flags[0], flags[1]],
+        tracestate: None,
+        began: None,
+    })
 }
 
 /// A `tracestate` worth keeping: at most 512 bytes of visible ASCII.
@@ -160,26 +226,6 @@ fn kept_state(text: &str) -> Option<String> {
         && text.len() <= MAX_TRACESTATE
         && text.bytes().all(|c| (0x20..0x7f).contains(&c)))
     .then(|| text.to_owned())
-}
-
-/// `bytes` random bytes as lower-case hex, never all zeros. Trace and span ids
-/// need to be unique, not secret: the thread's fast generator (seeded from the
-/// OS) serves, with no system call on the intake path.
-fn random_hex(bytes: usize) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    loop {
-        let mut text = String::with_capacity(bytes * 2);
-        let mut any = false;
-        for _ in 0..bytes {
-            let b = fastrand::u8(..);
-            any |= b != 0;
-            text.push(char::from(HEX[usize::from(b >> 4)]));
-            text.push(char::from(HEX[usize::from(b & 15)]));
-        }
-        if any {
-            return text;
-        }
-    }
 }
 
 #[cfg(test)]
@@ -206,6 +252,7 @@ mod tests {
             format!("00-{TRACE}-00f067aa0ba902b7-01-extra"),
             format!("00-{TRACE}-00f067aa0ba902b7-0g"),
             "00_4bf92f3577b34da6a3ce929d0e0e4736_00f067aa0ba902b7_01".to_owned(),
+            format!("00-é{}-00f067aa0ba902b7-01", &TRACE[..30]),
             String::new(),
         ] {
             let t = TraceContext::accept(Some(&bad), Some("a=b"));

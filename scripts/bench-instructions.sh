@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Instructions per event, counted by callgrind (which this VM's speed drift does
+# not touch): hookbox runs under valgrind, loadgen posts a small and a large
+# number of events, and the difference of the two totals over the difference of
+# the counts is what one more event costs (start-up and shutdown cancel out).
+#
+# Usage:
+#   scripts/bench-instructions.sh [BIN_DIR ...]
+#
+# Each BIN_DIR holds a release `hookbox` (default: target/release, built first);
+# loadgen is taken from the first. Modes, one table row each per BIN_DIR:
+#   intake     WORKER_COUNT=0: POST /webhooks, commit, answer (no delivery)
+#   e2e        one no-op `log` handler: intake and one delivery per event
+#   e2e+otlp   as e2e, with OTEL_EXPORTER_OTLP_ENDPOINT at a local sink that
+#              answers 200 (spans exported)
+# MODES (default "intake e2e e2e+otlp") picks modes; SMALL and LARGE (default 1000 and 4000) set the two event counts; CONNECTIONS
+# (default 8) the posting connections. Needs valgrind and python3 (the sink).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+command -v valgrind >/dev/null || { echo "bench-instructions.sh: valgrind is required" >&2; exit 1; }
+
+SMALL="${SMALL:-1000}"
+LARGE="${LARGE:-4000}"
+CONNECTIONS="${CONNECTIONS:-8}"
+if [ "$#" -eq 0 ]; then
+    cargo build --release -p hookbox -p loadgen --bin hookbox --bin loadgen
+    set -- target/release
+fi
+loadgen="$1/loadgen"
+
+pick_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# An OTLP sink: answers 200 to every POST, keeps nothing.
+sink_port="$(pick_port)"
+python3 - "$sink_port" <<'PY' &
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.send_response(200); self.send_header("content-length", "0"); self.end_headers()
+    def log_message(self, *a): pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+PY
+sink=$!
+trap 'kill $sink 2>/dev/null || true' EXIT
+
+# total_instructions BIN MODE EVENTS
+total_instructions() {
+    local bin="$1" mode="$2" events="$3" port work out pid
+    port="$(pick_port)"
+    work="$(mktemp -d "${TMPDIR:-/tmp}/hookbox-cg.XXXXXX")"
+    mkdir "$work/handlers"
+    printf 'event_types = ["bench.e2e"]\nkind = "log"\n' >"$work/handlers/noop.toml"
+    local env=(BIND_ADDR="127.0.0.1:$port" DB_PATH="$work/events.db" HANDLERS_DIR="$work/handlers"
+        SOURCES_DIR="$work/none" LOG_LEVEL=warn)
+    case "$mode" in
+        intake) env+=(WORKER_COUNT=0) ;;
+        e2e+otlp) env+=(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$sink_port") ;;
+    esac
+    out="$work/callgrind.out"
+    env -i PATH="$PATH" "${env[@]}" valgrind --tool=callgrind --callgrind-out-file="$out" \
+        "$bin/hookbox" serve >"$work/log" 2>&1 &
+    pid=$!
+    for _ in $(seq 600); do
+        curl -fs "http://127.0.0.1:$port/ready" >/dev/null 2>&1 && break
+        sleep 0.2
+    done
+    if [ "$mode" = intake ]; then
+        "$loadgen" fill --url "http://127.0.0.1:$port" --events "$events" \
+            --connections "$CONNECTIONS" --event-type bench.intake >/dev/null
+    else
+        "$loadgen" e2e --url "http://127.0.0.1:$port" --events "$events" \
+            --connections "$CONNECTIONS" --timeout 30m >/dev/null
+    fi
+    kill -TERM "$pid"
+    wait "$pid" || true
+    grep -E '^(summary|totals):' "$out" | head -1 | awk '{print $2}'
+    rm -rf "$work"
+}
+
+printf '| binary | mode | instructions per event |\n|---|---|---|\n'
+for bin in "$@"; do
+    for mode in ${MODES:-intake e2e e2e+otlp}; do
+        small="$(total_instructions "$bin" "$mode" "$SMALL")"
+        large="$(total_instructions "$bin" "$mode" "$LARGE")"
+        per=$(( (large - small) / (LARGE - SMALL) ))
+        printf '| %s | %s | %s |\n' "$bin" "$mode" "$per"
+    done
+done
