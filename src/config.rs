@@ -913,6 +913,8 @@ mod tests {
         use proptest::prelude::*;
 
         proptest! {
+
+            #![proptest_config(crate::fuzz::cases(256))]
             /// Whatever the text, parsing never panics, and an accepted duration is
             /// never over the limit.
             #[test]

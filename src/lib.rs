@@ -61,6 +61,8 @@ pub(crate) mod api;
 pub mod app;
 pub mod config;
 pub(crate) mod console;
+#[cfg(test)]
+mod fuzz;
 pub(crate) mod guard;
 pub(crate) mod idempotency_cache;
 pub(crate) mod inbox;

@@ -159,6 +159,8 @@ mod tests {
     }
 
     proptest! {
+
+        #![proptest_config(crate::fuzz::cases(256))]
         /// What `sign` produces, an independent verifier accepts, for every secret
         /// of a rotation; and `verify` agrees.
         #[test]

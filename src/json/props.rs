@@ -225,6 +225,8 @@ fn paths<'j>(j: &'j J, at: String, all: &mut Vec<(String, &'j J)>) {
 }
 
 proptest! {
+
+    #![proptest_config(crate::fuzz::cases(256))]
     #[test]
     fn any_rendering_of_a_value_has_its_canonical_text(j in tree(), seed in any::<u64>()) {
         let text = noisy(&j, seed);

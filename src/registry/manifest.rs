@@ -225,6 +225,17 @@ pub fn load_file(file: &Path, ctx: &Context) -> Result<Route, ManifestError> {
     load(file, ctx, &secret_vars(&[file.to_owned()]))
 }
 
+/// A context for tests: the default policy, no allowed targets, `PATH` only.
+#[cfg(test)]
+pub(crate) fn test_context() -> Context {
+    Context {
+        policy: super::default_policy(),
+        guard: Arc::new(crate::ssrf::TargetGuard::default()),
+        client: reqwest::Client::new(),
+        env: Arc::new(|name: &str| (name == "PATH").then(|| "/bin".to_owned())),
+    }
+}
+
 /// [`load_file`], with the `secret_env` variables of the whole folder.
 fn load(file: &Path, ctx: &Context, secrets: &HashSet<String>) -> Result<Route, ManifestError> {
     let err = |field: &str, message: String| ManifestError {
@@ -555,7 +566,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(64))]
+        #![proptest_config(crate::fuzz::cases(64))]
 
         /// Whatever the durations, a manifest loads with every one within 30 days
         /// (and a timeout above 0), or is refused naming the field.

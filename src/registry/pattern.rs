@@ -114,6 +114,8 @@ mod tests {
     const NAME: &str = "[A-Za-z0-9._:/-]{1,40}";
 
     proptest! {
+
+        #![proptest_config(crate::fuzz::cases(256))]
         /// Any text either parses or is refused; it never panics, and what parses
         /// prints back as written.
         #[test]

@@ -416,7 +416,7 @@ fn pull_spec(m: &Manifest, env: &dyn Fn(&str) -> Option<String>) -> Result<PullS
 }
 
 /// The kinds that receive pushed webhooks.
-const PUSH_KINDS: &[&str] = &[
+pub(crate) const PUSH_KINDS: &[&str] = &[
     "github",
     "stripe",
     "shopify",

@@ -366,6 +366,8 @@ mod tests {
         use proptest::prelude::*;
 
         proptest! {
+
+            #![proptest_config(crate::fuzz::cases(256))]
             /// Any header value: no panic, and never more than the cap.
             #[test]
             fn any_value_is_parsed_or_ignored_within_the_cap(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
