@@ -675,3 +675,107 @@ on_both_backends! {
         }
     }
 }
+
+/// Issue 27, item 10: an upstream that completes the handshake, takes the
+/// subscribe message and then freezes (reads nothing, so it answers no Ping)
+/// used to leave the source `running` for ever; now the silent connection is
+/// pinged, given up after the silence limit (a ping every 200 ms and 600 ms here,
+/// through the test-only `HOOKBOX_WS_PING_MS`), and the source fails and reconnects.
+#[test]
+fn a_frozen_websocket_upstream_is_given_up_and_reconnected() {
+    let rt = runtime();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let url = format!("ws://{}/stream", listener.local_addr().unwrap());
+    let connections = Arc::new(Mutex::new(0usize));
+    let counted = connections.clone();
+    rt.spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                let _subscribe = ws.next().await;
+                *counted.lock().unwrap() += 1;
+                // Frozen: hold the connection, read nothing, answer nothing.
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                drop(ws);
+            });
+        }
+    });
+    let dir = ws_dir(&url);
+    let hb = start(&dir, &Db::sqlite(), &[("HOOKBOX_WS_PING_MS", "200")]);
+    let e = eventually(Duration::from_secs(15), "the silence noticed", || {
+        let e = entry(&hb, "stream");
+        e["last_error"]
+            .as_str()
+            .is_some_and(|m| m.contains("not even a Pong"))
+            .then_some(e)
+    });
+    assert_ne!(e["state"], "running", "{e}");
+    eventually(Duration::from_secs(15), "a second connection", || {
+        (*connections.lock().unwrap() >= 2).then_some(())
+    });
+}
+
+/// Issue 27, item 10: while the queue is full the adapter commits nothing, and
+/// read-ahead was counted in messages only (8,192 of them: 2,000 messages of
+/// 200 KB took RSS to 968 MB); now it is bounded in bytes too, so RSS stays near
+/// where it started while the upstream waits in TCP's buffers.
+#[test]
+fn websocket_read_ahead_is_bounded_in_bytes() {
+    const MESSAGES: u64 = 2_000;
+    let rt = runtime();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let url = format!("ws://{}/stream", listener.local_addr().unwrap());
+    rt.spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                let _subscribe = ws.next().await;
+                let pad = "x".repeat(200_000);
+                for i in 1..=MESSAGES {
+                    let mut m = item(i);
+                    m["pad"] = json!(pad);
+                    if ws.send(Message::text(m.to_string())).await.is_err() {
+                        return;
+                    }
+                }
+                while let Some(Ok(_)) = ws.next().await {}
+            });
+        }
+    });
+    let dir = ws_dir(&url);
+    write(
+        dir.path(),
+        "handlers/sink.toml",
+        "event_types = [\"stream.*\"]\nkind = \"log\"\n",
+    );
+    let handlers = dir.path().join("handlers").to_str().unwrap().to_owned();
+    let hb = start(
+        &dir,
+        &Db::sqlite(),
+        &[
+            ("WORKER_COUNT", "0"),
+            ("QUEUE_MAXSIZE", "5"),
+            ("HANDLERS_DIR", &handlers),
+        ],
+    );
+    let before = crate::memory::proc_status(hb.pid(), "VmRSS") >> 20;
+    eventually(Duration::from_secs(15), "the queue full", || {
+        (entry(&hb, "stream")["state"] == "paused").then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let during = crate::memory::proc_status(hb.pid(), "VmRSS") >> 20;
+    assert!(
+        during < before + 100,
+        "RSS went from {before} to {during} MiB while the queue was full"
+    );
+    eprintln!("RSS {before} MiB before, {during} MiB with the queue full");
+}

@@ -9,6 +9,15 @@
 //! channel; once the channel is full the reader stops reading the socket, and the
 //! upstream's sends wait in TCP's buffers — nothing fetched is dropped. On shutdown
 //! the reader stops first, and what it read is committed.
+//!
+//! What is read ahead is bounded in bytes as well as in messages: each message
+//! holds its size against [`READ_AHEAD_BYTES`] until it is committed, and the
+//! reader waits for room before it reads on (a message larger than the whole
+//! budget takes all of it). A connection that stays silent is probed: a Ping every
+//! [`PING_INTERVAL`] while nothing arrives, and when nothing at all (no message, no
+//! Pong) has arrived for [`SILENCE_LIMIT`] the connection counts as dropped — the
+//! source fails, backs off and reconnects, so a frozen upstream does not stay
+//! `running`.
 
 use futures_util::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
@@ -24,6 +33,13 @@ use super::spec::Transport;
 
 /// Messages read ahead of the commits.
 pub(super) const READ_AHEAD: usize = 8192;
+/// Bytes of messages read ahead of the commits.
+pub(super) const READ_AHEAD_BYTES: usize = 16 << 20;
+/// How long a silent connection waits before it is pinged.
+pub(super) const PING_INTERVAL: std::time::Duration = std::time::Duration::from_secs(20);
+/// How long a connection may stay silent (not even a Pong) before it counts as
+/// dropped.
+pub(super) const SILENCE_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
 /// How often the lag gauge is refreshed while no message comes.
 const LAG_TICK: std::time::Duration = std::time::Duration::from_secs(1);
 /// Most messages committed in one transaction.
@@ -31,8 +47,8 @@ pub(super) const MAX_GROUP: usize = 4096;
 
 /// What the reader hands over.
 enum Read {
-    /// A message's text.
-    Text(String),
+    /// A message's text, holding its bytes of the read-ahead budget.
+    Text(String, tokio::sync::OwnedSemaphorePermit),
     /// The connection ended: why.
     Ended(String),
 }
@@ -126,35 +142,83 @@ async fn connect(
     Ok(ws)
 }
 
-/// Reads messages into `tx` until the connection ends or `stop`.
+/// The ping interval and the silence limit: [`PING_INTERVAL`] and
+/// [`SILENCE_LIMIT`], or (for tests, not a documented setting) a ping every
+/// `HOOKBOX_WS_PING_MS` milliseconds and three times that as the limit.
+fn probing() -> (std::time::Duration, std::time::Duration) {
+    std::env::var("HOOKBOX_WS_PING_MS")
+        .ok()
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map_or((PING_INTERVAL, SILENCE_LIMIT), |ms| {
+            let every = std::time::Duration::from_millis(ms);
+            (every, every * 3)
+        })
+}
+
+/// Reads messages into `tx` until the connection ends, stays silent too long, or
+/// `stop`.
 async fn read(mut ws: Ws, tx: mpsc::Sender<Read>, stop: CancellationToken) {
+    let budget = std::sync::Arc::new(tokio::sync::Semaphore::new(READ_AHEAD_BYTES));
+    let (ping_every, silence_limit) = probing();
+    let mut heard = tokio::time::Instant::now();
     loop {
         let next = tokio::select! {
             () = stop.cancelled() => break,
             next = ws.next() => next,
-        };
-        let read = match next {
-            Some(Ok(Message::Text(text))) => Read::Text(text.as_str().to_owned()),
-            Some(Ok(Message::Binary(bytes))) => {
-                Read::Text(String::from_utf8_lossy(&bytes).into_owned())
+            () = tokio::time::sleep(ping_every) => {
+                if heard.elapsed() >= silence_limit {
+                    let why = format!(
+                        "the upstream sent nothing, not even a Pong, for {}",
+                        humantime::format_duration(silence_limit)
+                    );
+                    let _ = tx.send(Read::Ended(why)).await;
+                    break;
+                }
+                if ws.send(Message::Ping(Default::default())).await.is_err() {
+                    let _ = tx.send(Read::Ended("sending a Ping failed".into())).await;
+                    break;
+                }
+                continue;
             }
-            Some(Ok(Message::Close(frame))) => Read::Ended(match frame {
-                Some(f) => format!(
-                    "the upstream closed the connection ({} {})",
-                    f.code, f.reason
-                ),
-                None => "the upstream closed the connection".to_owned(),
-            }),
-            Some(Ok(_)) => continue,
-            Some(Err(e)) => Read::Ended(format!("reading failed: {e}")),
-            None => Read::Ended("the connection ended".to_owned()),
         };
-        let ended = matches!(read, Read::Ended(_));
+        heard = tokio::time::Instant::now();
+        let text = match next {
+            Some(Ok(Message::Text(text))) => text.as_str().to_owned(),
+            Some(Ok(Message::Binary(bytes))) => String::from_utf8_lossy(&bytes).into_owned(),
+            Some(Ok(Message::Close(frame))) => {
+                let why = match frame {
+                    Some(f) => format!(
+                        "the upstream closed the connection ({} {})",
+                        f.code, f.reason
+                    ),
+                    None => "the upstream closed the connection".to_owned(),
+                };
+                let _ = tx.send(Read::Ended(why)).await;
+                break;
+            }
+            Some(Ok(_)) => continue, // Ping (answered by the library), Pong, frames
+            Some(Err(e)) => {
+                let _ = tx.send(Read::Ended(format!("reading failed: {e}"))).await;
+                break;
+            }
+            None => {
+                let _ = tx.send(Read::Ended("the connection ended".into())).await;
+                break;
+            }
+        };
+        // Room for its bytes first: until then the socket is not read.
+        let n = u32::try_from(text.len().clamp(1, READ_AHEAD_BYTES)).unwrap_or(u32::MAX);
+        let permit = tokio::select! {
+            () = stop.cancelled() => break,
+            permit = budget.clone().acquire_many_owned(n) => permit,
+        };
+        let Ok(permit) = permit else { break };
         let sent = tokio::select! {
             () = stop.cancelled() => break,
-            sent = tx.send(read) => sent,
+            sent = tx.send(Read::Text(text, permit)) => sent,
         };
-        if ended || sent.is_err() {
+        if sent.is_err() {
             break;
         }
     }
@@ -236,10 +300,15 @@ async fn commit(
     reads: Vec<Read>,
 ) -> Result<(Committed, Option<String>), crate::store::StoreError> {
     let mut ended = None;
+    // The messages' bytes stay held against the read-ahead until committed.
+    let mut held = Vec::with_capacity(reads.len());
     let fetched: Vec<Fetched> = reads
         .into_iter()
         .filter_map(|r| match r {
-            Read::Text(text) => Some(a.read(text)),
+            Read::Text(text, permit) => {
+                held.push(permit);
+                Some(a.read(text))
+            }
             Read::Ended(why) => {
                 ended = Some(why);
                 None
@@ -250,5 +319,6 @@ async fn commit(
         return Ok((Committed::Done, ended));
     }
     let committed = a.commit(s, fetched).await?;
+    drop(held);
     Ok((committed, ended))
 }
