@@ -15,6 +15,11 @@ use crate::json;
 
 /// The largest answer read, in bytes.
 pub(super) const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
+/// Most items committed in one transaction (a larger page is committed in chunks).
+pub(super) const CHUNK_ITEMS: usize = 1_000;
+/// Most items taken from one page; the rest are fetched again from the cursor of
+/// the last one taken.
+pub(super) const MAX_PAGE_ITEMS: usize = 20_000;
 
 /// A failed fetch: what to log and show, and the upstream's `Retry-After`.
 struct Failure {
@@ -84,8 +89,7 @@ pub(super) async fn run(a: &Adapter, s: &mut Session, backoff: &mut Backoff) -> 
             continue;
         }
         let before = s.cursor.clone();
-        let fetched = texts.into_iter().map(|t| a.read(t)).collect();
-        match a.commit(s, fetched).await {
+        match commit_page(a, s, texts).await {
             Ok(Committed::Moved) => continue,
             Ok(Committed::Done) if s.cursor == before => {
                 // Items, but no cursor moved: asking again at once would fetch the
@@ -106,6 +110,34 @@ pub(super) async fn run(a: &Adapter, s: &mut Session, backoff: &mut Backoff) -> 
             }
         }
     }
+}
+
+/// Commits a page's items in chunks of [`CHUNK_ITEMS`], each with the cursor of
+/// its last item (so a large page holds the writer for one chunk at a time, and
+/// waits for room in the queue between chunks); stops early when the cursor
+/// moved meanwhile, or when shutdown begins (the rest is fetched again).
+async fn commit_page(
+    a: &Adapter,
+    s: &mut Session,
+    texts: Vec<String>,
+) -> Result<Committed, crate::store::StoreError> {
+    let mut texts = texts.into_iter().peekable();
+    let mut last = Committed::Done;
+    while texts.peek().is_some() {
+        if !a.wait_for_room().await {
+            break;
+        }
+        let chunk = texts
+            .by_ref()
+            .take(CHUNK_ITEMS)
+            .map(|t| a.read(t))
+            .collect();
+        last = a.commit(s, chunk).await?;
+        if matches!(last, Committed::Moved) {
+            break;
+        }
+    }
+    Ok(last)
 }
 
 /// Waits `interval` (or until a reset); false when stopped.
@@ -151,7 +183,8 @@ async fn fetch(request: reqwest::RequestBuilder, items: &str) -> Result<Vec<Stri
     split(&body, items).map_err(Failure::new)
 }
 
-/// The texts of the items of an answer: the array at `items` (`""`: the answer).
+/// The texts of the items of an answer: the array at `items` (`""`: the answer),
+/// its first [`MAX_PAGE_ITEMS`] at most.
 fn split(body: &[u8], items: &str) -> Result<Vec<String>, String> {
     let text = std::str::from_utf8(body).map_err(|e| format!("the answer is not UTF-8: {e}"))?;
     let canonical = json::canonical(text).map_err(|e| format!("the answer is not JSON: {e}"))?;
@@ -160,7 +193,11 @@ fn split(body: &[u8], items: &str) -> Result<Vec<String>, String> {
         .ok_or_else(|| format!("the answer has no array at {items:?}"))?;
     let elements: Vec<&RawValue> =
         serde_json::from_str(array).map_err(|e| format!("the items do not parse: {e}"))?;
-    Ok(elements.iter().map(|e| e.get().to_owned()).collect())
+    Ok(elements
+        .iter()
+        .take(MAX_PAGE_ITEMS)
+        .map(|e| e.get().to_owned())
+        .collect())
 }
 
 #[cfg(test)]

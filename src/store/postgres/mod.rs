@@ -31,6 +31,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sqlx::ConnectOptions as _;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Postgres, QueryBuilder, Row};
 use tokio::sync::{Notify, mpsc, oneshot};
@@ -96,7 +97,10 @@ impl PgStore {
         max_connections: u32,
         instance_id: &str,
     ) -> Result<Self, StoreError> {
-        let options = PgConnectOptions::from_str(url)?.application_name("hookbox");
+        // A statement's text can hold a whole batch (megabytes): never in the log.
+        let options = PgConnectOptions::from_str(url)?
+            .application_name("hookbox")
+            .disable_statement_logging();
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
             .acquire_timeout(ACQUIRE_TIMEOUT)

@@ -82,6 +82,8 @@ impl SqliteStore {
         let lock = lock(path)?;
         let base = SqliteConnectOptions::new()
             .filename(path)
+            // A statement's text can hold a whole batch (megabytes): never in the log.
+            .disable_statement_logging()
             .busy_timeout(Duration::from_secs(5))
             .foreign_keys(true)
             .synchronous(match sync {
