@@ -26,10 +26,20 @@
 //! ```
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
 
 /// The longest `tracestate` kept.
 const MAX_TRACESTATE: usize = 512;
+
+/// Whether intake spans are timed ([`time_intake_spans`]).
+static TIMED: AtomicBool = AtomicBool::new(false);
+
+/// From now on, [`TraceContext::accept`] reads the clock for the intake span's
+/// start (the OTLP exporter asks for it; without it nothing reads the time).
+pub fn time_intake_spans() {
+    TIMED.store(true, Ordering::Relaxed);
+}
 
 /// Lower-case hex digits of a fixed length: a trace id (32), a span id (16) or
 /// the flags (2), kept inline so that making or cloning a context allocates
@@ -54,10 +64,13 @@ impl<const N: usize> Hex<N> {
         const DIGITS: &[u8; 16] = b"0123456789abcdef";
         loop {
             let mut out = [b'0'; N];
-            for pair in out.chunks_exact_mut(2) {
-                let b = fastrand::u8(..);
-                pair[0] = DIGITS[usize::from(b >> 4)];
-                pair[1] = DIGITS[usize::from(b & 15)];
+            // One draw of the generator per 16 digits.
+            for digits in out.chunks_mut(16) {
+                let mut bits = fastrand::u64(..);
+                for d in digits {
+                    *d = DIGITS[(bits & 15) as usize];
+                    bits >>= 4;
+                }
             }
             if out.iter().any(|c| *c != b'0') {
                 return Self(out);
@@ -100,7 +113,12 @@ impl TraceContext {
     /// The event's context at intake: a span of hookbox's own in the sender's
     /// trace when `traceparent` is valid, else a new trace (sampled).
     pub fn accept(traceparent: Option<&str>, tracestate: Option<&str>) -> Self {
-        let at = SystemTime::now();
+        // The start of the intake span: read only when spans are exported.
+        let at = if TIMED.load(Ordering::Relaxed) {
+            SystemTime::now()
+        } else {
+            SystemTime::UNIX_EPOCH
+        };
         match traceparent.and_then(parse) {
             Some(given) => Self {
                 span_id: Hex::random(),
@@ -145,8 +163,9 @@ impl TraceContext {
         self.began.as_ref()?.parent.as_ref().map(Hex::as_str)
     }
 
-    /// When [`TraceContext::accept`] made this context (the intake span's start);
-    /// `None` for a stored context or a child.
+    /// When [`TraceContext::accept`] made this context (the intake span's start;
+    /// the Unix epoch unless [`time_intake_spans`] was called); `None` for a
+    /// stored context or a child.
     pub fn began_at(&self) -> Option<SystemTime> {
         self.began.as_ref().map(|b| b.at)
     }

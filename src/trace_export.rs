@@ -94,6 +94,7 @@ pub(crate) fn start(settings: &Otlp) -> Result<Exporting, ExportError> {
     );
     let (tx, rx) = mpsc::channel(QUEUE_SPANS);
     let _ = QUEUE.set(tx);
+    crate::trace_context::time_intake_spans();
     metrics::counter!(names::TRACE_SPANS_DROPPED).absolute(0);
     let stop = CancellationToken::new();
     let task = tokio::spawn(send_batches(exporter, rx, stop.clone(), settings.timeout));

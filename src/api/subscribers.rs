@@ -4,12 +4,13 @@
 //! whether one is set; a URL's embedded credentials (`https://user:pass@…`) are
 //! kept for delivery but never shown.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use serde::Deserialize;
@@ -123,11 +124,33 @@ pub(crate) struct SubscriberView {
     pub secret_set: bool,
 }
 
-/// The answer of `GET /subscribers`.
+/// The answer of `GET /subscribers`: a page of subscribers by name.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub(crate) struct Subscribers {
-    /// Every subscriber, by name.
+    /// Subscribers, by name.
     pub items: Vec<SubscriberView>,
+    /// Pass as `cursor` for the next page; `null` on the last one.
+    pub next_cursor: Option<String>,
+}
+
+/// The page of `all` after the name `after` (by name, in byte order whatever the
+/// database's collation), at most `limit` long, and the cursor of the next page.
+pub(crate) fn page_of(
+    mut all: Vec<Subscriber>,
+    after: Option<&str>,
+    limit: usize,
+) -> (Vec<Subscriber>, Option<String>) {
+    all.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+    let mut page: Vec<Subscriber> = all
+        .into_iter()
+        .filter(|s| after.is_none_or(|a| s.name.as_str() > a))
+        .take(limit.saturating_add(1))
+        .collect();
+    let next = (page.len() > limit).then(|| {
+        page.truncate(limit);
+        page.last().map(|s| s.name.clone())
+    });
+    (page, next.flatten())
 }
 
 fn view(s: &Subscriber) -> SubscriberView {
@@ -256,12 +279,24 @@ pub(crate) async fn create(
     get,
     path = "/subscribers",
     tag = "operating",
-    responses((status = 200, description = "Every subscriber", body = Subscribers))
+    params(
+        ("limit" = Option<u32>, Query, description = "Page size, 1 to 500 (default 50)"),
+        ("cursor" = Option<String>, Query, description = "The previous page's `next_cursor`"),
+    ),
+    responses(
+        (status = 200, description = "A page of subscribers, by name", body = Subscribers),
+        (status = 400, description = "`invalid_query`", content_type = "application/problem+json", body = Problem),
+    )
 )]
-pub(crate) async fn list(State(store): State<Arc<dyn Store>>) -> Result<Response, Problem> {
+pub(crate) async fn list(
+    State(store): State<Arc<dyn Store>>,
+    Query(params): Query<HashMap<String, String>>,
+) -> Result<Response, Problem> {
+    let limit = crate::api::status::page_limit(&params)? as usize;
     let all = store.subscribers().await?;
-    let items: Vec<_> = all.iter().map(view).collect();
-    Ok(Json(Subscribers { items }).into_response())
+    let (page, next_cursor) = page_of(all, params.get("cursor").map(String::as_str), limit);
+    let items: Vec<_> = page.iter().map(view).collect();
+    Ok(Json(Subscribers { items, next_cursor }).into_response())
 }
 
 async fn find(store: &dyn Store, name: &str) -> Result<Subscriber, Problem> {

@@ -1,6 +1,7 @@
 //! The registry as it changes at run time: the manifests' routes (fixed at startup)
 //! plus the subscribers' (stored in the database, changed through the API).
 
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use super::kinds::http::{self, HttpTarget};
@@ -38,6 +39,10 @@ pub struct LiveRegistry {
     current: RwLock<(Arc<Registry>, u64)>,
     /// The subscribers `current` was built from (what a follower compares with).
     installed: std::sync::Mutex<Vec<Subscriber>>,
+    /// Each installed subscriber's route, by name: a rebuild makes routes only
+    /// for subscribers that changed (making one compiles its filter and
+    /// transform and builds its handler; reusing one is a clone).
+    built: std::sync::Mutex<HashMap<String, (Subscriber, Route)>>,
     client: reqwest::Client,
     guard: Arc<TargetGuard>,
     policy: Policy,
@@ -56,6 +61,7 @@ impl LiveRegistry {
             manifests: routes,
             current: RwLock::new((Arc::new(manifests), 0)),
             installed: std::sync::Mutex::new(Vec::new()),
+            built: std::sync::Mutex::new(HashMap::new()),
             client,
             guard,
             policy,
@@ -92,12 +98,23 @@ impl LiveRegistry {
     /// [`Self::reload`] from the subscribers stored at `version`.
     pub fn reload_at(&self, subscribers: &[Subscriber], version: u64) -> Result<(), RegistryError> {
         let mut routes = self.manifests.clone();
+        let mut built = self.built.lock().unwrap_or_else(|e| e.into_inner());
+        let mut next = HashMap::with_capacity(subscribers.len());
         for s in subscribers {
-            match self.route_of(s) {
-                Ok(route) => routes.push(route),
+            let unchanged = built
+                .remove(&s.name)
+                .filter(|(before, _)| before == s)
+                .map(|(_, route)| route);
+            match unchanged.map_or_else(|| self.route_of(s), Ok) {
+                Ok(route) => {
+                    routes.push(route.clone());
+                    next.insert(s.name.clone(), (s.clone(), route));
+                }
                 Err(e) => tracing::warn!(subscriber = %s.name, error = %e, "subscriber skipped"),
             }
         }
+        *built = next;
+        drop(built);
         let registry = Arc::new(Registry::new(routes)?);
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = (registry, version);
         *self.installed.lock().unwrap_or_else(|e| e.into_inner()) = subscribers.to_vec();

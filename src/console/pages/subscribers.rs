@@ -6,7 +6,7 @@
 
 use axum::Form;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use http::{Method, StatusCode, header};
 use maud::html;
@@ -79,10 +79,18 @@ pub(crate) fn items(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// `GET /console/subscribers`.
-pub(crate) async fn list(State(console): State<Console>, axum::Extension(s): Visitor) -> Response {
-    let subscribers = match console.app.store.subscribers().await {
-        Ok(all) => all,
+/// Subscribers on one page of the console.
+const PAGE: usize = 100;
+
+/// `GET /console/subscribers` (`?cursor=`: the page after that name).
+pub(crate) async fn list(
+    State(console): State<Console>,
+    axum::Extension(s): Visitor,
+    Query(params): Query<std::collections::HashMap<String, String>>,
+) -> Response {
+    let after = params.get("cursor").map(String::as_str);
+    let (subscribers, next) = match console.app.store.subscribers().await {
+        Ok(all) => crate::api::subscribers::page_of(all, after, PAGE),
         Err(e) => {
             let why = format!("the database did not answer: {e}");
             return super::problem(
@@ -102,7 +110,7 @@ pub(crate) async fn list(State(console): State<Console>, axum::Extension(s): Vis
         .collect();
     let body = html! {
         h1 { "Subscribers" }
-        @if subscribers.is_empty() {
+        @if subscribers.is_empty() && after.is_none() {
             (empty("No subscribers yet: create one below, or with POST /subscribers."))
         }
         div.grid {
@@ -138,6 +146,11 @@ pub(crate) async fn list(State(console): State<Console>, axum::Extension(s): Vis
                         }
                     }
                 }
+            }
+        }
+        @if let Some(next) = &next {
+            nav.pager {
+                a href={ "/console/subscribers?cursor=" (super::segment(next)) } rel="next" { "Next " (PAGE) " →" }
             }
         }
         section.card {
