@@ -127,8 +127,14 @@ proptest! {
         let independent = serde_json::from_str::<Box<serde_json::value::RawValue>>(&text).is_ok();
         match crate::json::canonical(&text) {
             Ok(_) => prop_assert!(independent, "accepted what serde_json refuses: {}", text),
-            // The one refusal of its own: a key twice in one object.
-            Err(e) if independent => prop_assert!(e.to_string().contains("twice"), "{}: {}", text, e),
+            // Its own refusals: a key twice in one object, and a lone surrogate
+            // escape (`"\ud800"`: no character, so no UTF-8 to store; serde_json's
+            // grammar check lets it through). Found by the first long run.
+            Err(e) if independent => {
+                let lone = text.to_ascii_lowercase().contains("\\ud")
+                    && e.to_string().contains("invalid string");
+                prop_assert!(e.to_string().contains("twice") || lone, "{}: {}", text, e);
+            }
             Err(_) => {}
         }
         let _ = crate::json::canonical_members(&text);
