@@ -260,7 +260,7 @@ impl App {
             crate::registry::kinds::http::client(guard.clone()).map_err(AppError::Client)?;
         let live = LiveRegistry::new(registry, client, guard, policy(&config));
         let (subscribers, version) = backend.store.routing().await?;
-        live.reload_at(&subscribers, version)
+        live.reload_at(subscribers, version)
             .map_err(AppError::Subscribers)?;
         let registry = Arc::new(live);
         let lifecycle = Arc::new(Lifecycle::default());

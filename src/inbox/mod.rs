@@ -515,7 +515,7 @@ impl Inbox {
         let (all, version) = self.0.store.routing().await?;
         self.0
             .registry
-            .reload_if_changed(&all, version)
+            .reload_if_changed(all, version)
             .map(|_| ())
             .map_err(InboxError::Routing)
     }
@@ -601,7 +601,7 @@ impl Inbox {
             inbox
                 .0
                 .registry
-                .reload_at(&all, version)
+                .reload_at(all, version)
                 .map_err(InboxError::Routing)?;
             Ok(outcome)
         })
@@ -631,7 +631,7 @@ impl Inbox {
             let _one_at_a_time = self.0.reloading.lock().await;
             match self.0.store.routing().await {
                 Ok((now, version)) => {
-                    if let Err(e) = self.0.registry.reload_if_changed(&now, version) {
+                    if let Err(e) = self.0.registry.reload_if_changed(now, version) {
                         warn!(error = %e, "could not apply the subscribers");
                     }
                 }

@@ -37,12 +37,10 @@ pub struct LiveRegistry {
     manifests: Vec<Route>,
     /// The table and the version of the stored subscribers it was built from.
     current: RwLock<(Arc<Registry>, u64)>,
-    /// The subscribers `current` was built from (what a follower compares with).
-    installed: std::sync::Mutex<Vec<Subscriber>>,
-    /// Each installed subscriber's route, by name: a rebuild makes routes only
-    /// for subscribers that changed (making one compiles its filter and
-    /// transform and builds its handler; reusing one is a clone).
-    built: std::sync::Mutex<HashMap<String, (Subscriber, Route)>>,
+    /// The subscribers `current` was built from, by name, each with its route
+    /// (`None`: it did not validate): what a follower compares with, and what a
+    /// rebuild reuses for the subscribers that did not change.
+    installed: std::sync::Mutex<HashMap<String, (Subscriber, Option<Route>)>>,
     client: reqwest::Client,
     guard: Arc<TargetGuard>,
     policy: Policy,
@@ -60,8 +58,7 @@ impl LiveRegistry {
         Self {
             manifests: routes,
             current: RwLock::new((Arc::new(manifests), 0)),
-            installed: std::sync::Mutex::new(Vec::new()),
-            built: std::sync::Mutex::new(HashMap::new()),
+            installed: std::sync::Mutex::new(HashMap::new()),
             client,
             guard,
             policy,
@@ -90,34 +87,40 @@ impl LiveRegistry {
     /// Rebuilds the table from the manifests and these subscribers. A subscriber
     /// that no longer validates (say, `ALLOWED_TARGETS` changed) is left out, and
     /// said so in the log.
-    pub fn reload(&self, subscribers: &[Subscriber]) -> Result<(), RegistryError> {
+    pub fn reload(&self, subscribers: Vec<Subscriber>) -> Result<(), RegistryError> {
         let version = self.versioned().1;
         self.reload_at(subscribers, version)
     }
 
-    /// [`Self::reload`] from the subscribers stored at `version`.
-    pub fn reload_at(&self, subscribers: &[Subscriber], version: u64) -> Result<(), RegistryError> {
+    /// [`Self::reload`] from the subscribers stored at `version`. Only the
+    /// subscribers that changed since the last build get a new route; the others
+    /// keep theirs (nothing of them is copied but the route the table holds).
+    pub fn reload_at(
+        &self,
+        subscribers: Vec<Subscriber>,
+        version: u64,
+    ) -> Result<(), RegistryError> {
         let mut routes = self.manifests.clone();
-        let mut built = self.built.lock().unwrap_or_else(|e| e.into_inner());
-        let mut next = HashMap::with_capacity(subscribers.len());
+        let mut built = self.installed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut before = std::mem::take(&mut *built);
         for s in subscribers {
-            let unchanged = built
-                .remove(&s.name)
-                .filter(|(before, _)| before == s)
-                .map(|(_, route)| route);
-            match unchanged.map_or_else(|| self.route_of(s), Ok) {
-                Ok(route) => {
-                    routes.push(route.clone());
-                    next.insert(s.name.clone(), (s.clone(), route));
+            let (name, (s, route)) = match before.remove_entry(&s.name) {
+                Some((name, (prev, route))) if prev == s => (name, (prev, route)),
+                _ => {
+                    let route = self
+                        .route_of(&s)
+                        .inspect_err(|e| {
+                            tracing::warn!(subscriber = %s.name, error = %e, "subscriber skipped")
+                        })
+                        .ok();
+                    (s.name.clone(), (s, route))
                 }
-                Err(e) => tracing::warn!(subscriber = %s.name, error = %e, "subscriber skipped"),
-            }
+            };
+            routes.extend(route.iter().cloned());
+            built.insert(name, (s, route));
         }
-        *built = next;
-        drop(built);
         let registry = Arc::new(Registry::new(routes)?);
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = (registry, version);
-        *self.installed.lock().unwrap_or_else(|e| e.into_inner()) = subscribers.to_vec();
         Ok(())
     }
 
@@ -128,10 +131,17 @@ impl LiveRegistry {
     /// changed, it is recorded without a rebuild.
     pub fn reload_if_changed(
         &self,
-        subscribers: &[Subscriber],
+        subscribers: Vec<Subscriber>,
         version: u64,
     ) -> Result<bool, RegistryError> {
-        if *self.installed.lock().unwrap_or_else(|e| e.into_inner()) == subscribers {
+        let same = {
+            let installed = self.installed.lock().unwrap_or_else(|e| e.into_inner());
+            installed.len() == subscribers.len()
+                && subscribers
+                    .iter()
+                    .all(|s| installed.get(&s.name).is_some_and(|(i, _)| i == s))
+        };
+        if same {
             let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
             current.1 = version;
             return Ok(false);
