@@ -914,7 +914,7 @@ mod tests {
 
         proptest! {
 
-            #![proptest_config(crate::fuzz::cases(256))]
+            #![proptest_config(crate::test_cases::cases(256))]
             /// Whatever the text, parsing never panics, and an accepted duration is
             /// never over the limit.
             #[test]

@@ -10,21 +10,8 @@
 //! its seed kept in `proptest-regressions/` so that it runs first next time.
 
 use proptest::prelude::*;
-use proptest::test_runner::Config;
 
-/// The cases a property test runs: `default`, or `HOOKBOX_FUZZ_CASES` when set.
-pub(crate) fn cases(default: u32) -> Config {
-    let n = std::env::var("HOOKBOX_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default);
-    Config {
-        cases: n,
-        // Failures are kept as seeds, not as a file per run of a long campaign.
-        max_shrink_iters: 4096,
-        ..Config::default()
-    }
-}
+use crate::test_cases::cases;
 
 /// Text that is mostly JSON's own characters, so that the parser gets deep into
 /// its grammar, with any character now and then.

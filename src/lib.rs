@@ -86,6 +86,8 @@ pub(crate) mod ssrf;
 pub(crate) mod state;
 pub mod store;
 pub mod telemetry;
+#[cfg(test)]
+mod test_cases;
 pub mod trace_context;
 pub(crate) mod trace_export;
 pub mod transform;

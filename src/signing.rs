@@ -160,7 +160,7 @@ mod tests {
 
     proptest! {
 
-        #![proptest_config(crate::fuzz::cases(256))]
+        #![proptest_config(crate::test_cases::cases(256))]
         /// What `sign` produces, an independent verifier accepts, for every secret
         /// of a rotation; and `verify` agrees.
         #[test]

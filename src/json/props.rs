@@ -226,7 +226,7 @@ fn paths<'j>(j: &'j J, at: String, all: &mut Vec<(String, &'j J)>) {
 
 proptest! {
 
-    #![proptest_config(crate::fuzz::cases(256))]
+    #![proptest_config(crate::test_cases::cases(256))]
     #[test]
     fn any_rendering_of_a_value_has_its_canonical_text(j in tree(), seed in any::<u64>()) {
         let text = noisy(&j, seed);

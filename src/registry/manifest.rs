@@ -566,7 +566,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(crate::fuzz::cases(64))]
+        #![proptest_config(crate::test_cases::cases(64))]
 
         /// Whatever the durations, a manifest loads with every one within 30 days
         /// (and a timeout above 0), or is refused naming the field.

@@ -115,7 +115,7 @@ mod tests {
 
     proptest! {
 
-        #![proptest_config(crate::fuzz::cases(256))]
+        #![proptest_config(crate::test_cases::cases(256))]
         /// Any text either parses or is refused; it never panics, and what parses
         /// prints back as written.
         #[test]

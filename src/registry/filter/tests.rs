@@ -167,7 +167,7 @@ fn any_json() -> impl Strategy<Value = Value> {
 }
 
 proptest! {
-    #![proptest_config(crate::fuzz::cases(512))]
+    #![proptest_config(crate::test_cases::cases(512))]
 
     /// Compiling any JSON either fails with an error or gives a filter; matching
     /// any event never panics, and `$not` of a filter is its complement.

@@ -367,7 +367,7 @@ mod tests {
 
         proptest! {
 
-            #![proptest_config(crate::fuzz::cases(256))]
+            #![proptest_config(crate::test_cases::cases(256))]
             /// Any header value: no panic, and never more than the cap.
             #[test]
             fn any_value_is_parsed_or_ignored_within_the_cap(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {

@@ -329,7 +329,7 @@ mod properties {
     use super::*;
 
     proptest! {
-        #![proptest_config(crate::fuzz::cases(64))]
+        #![proptest_config(crate::test_cases::cases(64))]
 
         /// For any secret and body, every kind accepts what the independent signer
         /// above built, and refuses the same request with any one byte of the body
