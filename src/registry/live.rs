@@ -101,8 +101,9 @@ impl LiveRegistry {
         version: u64,
     ) -> Result<(), RegistryError> {
         let mut routes = self.manifests.clone();
-        let mut built = self.installed.lock().unwrap_or_else(|e| e.into_inner());
-        let mut before = std::mem::take(&mut *built);
+        let mut installed = self.installed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut before = std::mem::take(&mut *installed);
+        let mut built = HashMap::with_capacity(subscribers.len());
         for s in subscribers {
             let (name, (s, route)) = match before.remove_entry(&s.name) {
                 Some((name, (prev, route))) if prev == s => (name, (prev, route)),
@@ -119,9 +120,21 @@ impl LiveRegistry {
             routes.extend(route.iter().cloned());
             built.insert(name, (s, route));
         }
-        let registry = Arc::new(Registry::new(routes)?);
-        *self.current.write().unwrap_or_else(|e| e.into_inner()) = (registry, version);
-        Ok(())
+        match Registry::new(routes) {
+            Ok(registry) => {
+                *installed = built;
+                *self.current.write().unwrap_or_else(|e| e.into_inner()) =
+                    (Arc::new(registry), version);
+                Ok(())
+            }
+            Err(e) => {
+                // The table stays as it was; what it was built from is forgotten,
+                // so that the next reload builds every route again.
+                drop(before);
+                installed.clear();
+                Err(e)
+            }
+        }
     }
 
     /// Rebuilds the table from `subscribers` unless it was built from exactly

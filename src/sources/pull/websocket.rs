@@ -221,6 +221,8 @@ async fn read(mut ws: Ws, tx: mpsc::Sender<Read>, stop: CancellationToken) {
         if sent.is_err() {
             break;
         }
+        // Silence counts from here: a wait for room (the queue full) is ours.
+        heard = tokio::time::Instant::now();
     }
     let _ = ws.close(None).await;
 }
