@@ -639,35 +639,32 @@ impl Settings {
     /// `ENCRYPTION_KEY` (or the file `ENCRYPTION_KEY_FILE` holding it) and
     /// `ENCRYPTION_KEYS_OLD` (space separated): base64 of 32 bytes each.
     fn keyring(&self) -> Result<crate::sealing::Keyring, ConfigError> {
-        let file = self.optional("ENCRYPTION_KEY_FILE");
-        let current = match (self.optional("ENCRYPTION_KEY"), file) {
+        use crate::sealing::Keyring;
+        let (key_name, current) = match (
+            self.optional("ENCRYPTION_KEY"),
+            self.optional("ENCRYPTION_KEY_FILE"),
+        ) {
             (Some(_), Some(_)) => {
                 return Err(self.invalid(
                     "ENCRYPTION_KEY_FILE",
                     "set ENCRYPTION_KEY or ENCRYPTION_KEY_FILE, not both",
                 ));
             }
-            (Some(key), None) => Some(key),
-            (None, Some(path)) => Some(std::fs::read_to_string(&path).map_err(|e| {
-                self.invalid("ENCRYPTION_KEY_FILE", &format!("cannot read it: {e}"))
-            })?),
-            (None, None) => None,
+            (Some(key), None) => ("ENCRYPTION_KEY", Some(key)),
+            (None, Some(path)) => {
+                let key = std::fs::read_to_string(&path).map_err(|e| {
+                    self.invalid("ENCRYPTION_KEY_FILE", &format!("cannot read it: {e}"))
+                })?;
+                ("ENCRYPTION_KEY_FILE", Some(key))
+            }
+            (None, None) => ("ENCRYPTION_KEY", None),
         };
-        let key_name = if self.optional("ENCRYPTION_KEY").is_some() {
-            "ENCRYPTION_KEY"
-        } else {
-            "ENCRYPTION_KEY_FILE"
-        };
-        if let Some(key) = &current {
-            crate::sealing::Keyring::new(Some(key), &[])
-                .map_err(|e| self.invalid(key_name, &e.to_string()))?;
-        }
         let old_text = self.text("ENCRYPTION_KEYS_OLD");
         let old: Vec<&str> = old_text.split_whitespace().collect();
-        crate::sealing::Keyring::new(None, &old)
+        // The old keys alone first, so that an error names the setting at fault.
+        Keyring::new(None, &old)
             .map_err(|e| self.invalid("ENCRYPTION_KEYS_OLD", &e.to_string()))?;
-        crate::sealing::Keyring::new(current.as_deref(), &old)
-            .map_err(|e| self.invalid(key_name, &e.to_string()))
+        Keyring::new(current.as_deref(), &old).map_err(|e| self.invalid(key_name, &e.to_string()))
     }
 
     /// The OTLP exporter's settings: `None` unless `OTEL_EXPORTER_OTLP_ENDPOINT`

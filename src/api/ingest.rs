@@ -94,10 +94,11 @@ pub(crate) async fn ingest(
             }
         }
         Err(rejection) => {
-            // Out of the body budget is hookbox's state, not the sender's fault.
-            let busy = rejection.status == StatusCode::SERVICE_UNAVAILABLE;
+            // A 5xx (the body budget spent) is hookbox's state, not the sender's
+            // fault: not kept in the rejected log.
+            let ours = rejection.status.is_server_error();
             let mut refused = Refused::unverified(Reason::Other, rejection.into());
-            refused.logged = !busy;
+            refused.logged = !ours;
             (Default::default(), refused)
         }
     };

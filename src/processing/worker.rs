@@ -215,7 +215,7 @@ impl Workers {
     ) -> Result<(Outcome, Option<Lease<Job>>), StoreError> {
         let attempt = task.attempts + 1;
         let started_at = Timestamp::now().0;
-        let (started, began) = (Instant::now(), std::time::SystemTime::now());
+        let started = Instant::now();
         let span = task.trace.as_ref().map(TraceContext::child);
         let (result, done) = self.attempt_marked(route, task, attempt, &span).await?;
         let (answer, request) = (done.answer, done.request);
@@ -234,7 +234,7 @@ impl Workers {
                 trace_export::attempt(&trace_export::AttemptSpan {
                     event,
                     span,
-                    started: began,
+                    started: started_at.into(),
                     took,
                     event_id: task.event_id,
                     destination: &task.handler,

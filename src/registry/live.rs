@@ -130,7 +130,6 @@ impl LiveRegistry {
             Err(e) => {
                 // The table stays as it was; what it was built from is forgotten,
                 // so that the next reload builds every route again.
-                drop(before);
                 installed.clear();
                 Err(e)
             }
