@@ -201,18 +201,17 @@ pub(crate) fn json_only(headers: &HeaderMap) -> Result<(), Refusal> {
 
 /// Whether `Content-Type` is `application/json` or `application/*+json`.
 pub(crate) fn says_json(headers: &HeaderMap) -> bool {
-    let mime = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| {
-            v.split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase()
-        })
-        .unwrap_or_default();
-    mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
+    let Some(Ok(value)) = headers.get(header::CONTENT_TYPE).map(|v| v.to_str()) else {
+        return false;
+    };
+    // Compared without case and without a copy: this runs on every intake request.
+    let bytes = value.as_bytes();
+    let end = bytes.iter().position(|b| *b == b';').unwrap_or(bytes.len());
+    let mime = bytes[..end].trim_ascii();
+    let starts = |p: &[u8]| mime.len() >= p.len() && mime[..p.len()].eq_ignore_ascii_case(p);
+    let ends =
+        |s: &[u8]| mime.len() >= s.len() && mime[mime.len() - s.len()..].eq_ignore_ascii_case(s);
+    mime.eq_ignore_ascii_case(b"application/json") || (starts(b"application/") && ends(b"+json"))
 }
 
 #[cfg(test)]
@@ -285,6 +284,31 @@ mod tests {
                 .is_ok()
         );
         assert!(g.check(&headers(&[("host", "[::1]:8000")]), false).is_ok());
+    }
+
+    #[test]
+    fn json_media_types_are_recognised_without_case() {
+        let says = |v: &str| says_json(&headers(&[("content-type", v)]));
+        for yes in [
+            "application/json",
+            "Application/JSON",
+            " application/json ; charset=utf-8",
+            "application/cloudevents+json",
+            "APPLICATION/VND.API+JSON;q=1",
+        ] {
+            assert!(says(yes), "{yes}");
+        }
+        for no in [
+            "text/json",
+            "application/jsonx",
+            "application/xml",
+            "json",
+            "",
+            "text/plain+json",
+        ] {
+            assert!(!says(no), "{no}");
+        }
+        assert!(!says_json(&headers(&[])));
     }
 
     #[test]

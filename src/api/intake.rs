@@ -26,7 +26,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{FromRef, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tower::BoxError;
 
@@ -106,9 +106,16 @@ pub(crate) fn parse(
 /// The request's W3C trace context: its `traceparent` (and `tracestate`) when
 /// valid, else a new trace.
 pub(crate) fn trace_of(headers: &HeaderMap) -> crate::trace_context::TraceContext {
-    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    crate::trace_context::TraceContext::accept(text("traceparent"), text("tracestate"))
+    let text = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    crate::trace_context::TraceContext::accept(text(&TRACEPARENT), text(&TRACESTATE))
 }
+
+// The headers intake reads on every request, as names: looking one up by `&str`
+// parses the name each time.
+static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+static X_IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("x-idempotency-key");
 
 fn check_content_type(headers: &HeaderMap) -> Result<(), Problem> {
     if crate::guard::says_json(headers) {
@@ -136,8 +143,8 @@ fn idempotency_key(
     body_key: Option<&str>,
 ) -> Result<Option<IdempotencyKey>, Problem> {
     let from_header = headers
-        .get("idempotency-key")
-        .or_else(|| headers.get("x-idempotency-key"))
+        .get(&IDEMPOTENCY_KEY)
+        .or_else(|| headers.get(&X_IDEMPOTENCY_KEY))
         .map(|v| {
             v.to_str()
                 .map(str::to_owned)

@@ -37,6 +37,9 @@ use tracing::{Level, Span};
 
 /// The header that carries the request id both ways.
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
+/// [`REQUEST_ID_HEADER`] as a header name, so that looking it up on every request
+/// does not parse the name again.
+static REQUEST_ID: http::HeaderName = http::HeaderName::from_static(REQUEST_ID_HEADER);
 /// The longest caller request id that is kept.
 pub const MAX_REQUEST_ID_LEN: usize = 200;
 
@@ -88,11 +91,11 @@ where
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         let headers = req.headers_mut();
         if headers
-            .get_all(REQUEST_ID_HEADER)
+            .get_all(&REQUEST_ID)
             .iter()
             .any(|v| !is_valid_request_id(HeaderValue::as_bytes(v)))
         {
-            headers.remove(REQUEST_ID_HEADER);
+            headers.remove(&REQUEST_ID);
         }
         self.inner.call(req)
     }

@@ -18,6 +18,7 @@ mod pull;
 mod recent;
 mod rejected;
 mod rows;
+mod script;
 mod writer;
 
 use std::fs::File;

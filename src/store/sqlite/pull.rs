@@ -5,9 +5,10 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
+use sqlx::SqliteConnection;
 
 use super::SqliteStore;
+use super::script::Script;
 use super::writer::{
     self, ROWS_PER_STATEMENT, count_receipts, find_keys, insert_deliveries, insert_events,
 };
@@ -115,7 +116,7 @@ async fn apply(
     batch: &PullBatch,
 ) -> Result<Option<Vec<Inserted>>, StoreError> {
     let events: Vec<&NewEvent> = batch.events.iter().map(|p| &p.event).collect();
-    let mut script = QueryBuilder::<Sqlite>::new("BEGIN IMMEDIATE;");
+    let mut script = Script::new("BEGIN IMMEDIATE;");
     for chunk in events.chunks(ROWS_PER_STATEMENT) {
         insert_events(&mut script, chunk);
     }
@@ -128,7 +129,7 @@ async fn apply(
     }
     // Batches differ in size: not worth a place in the writer's statement cache.
     let rows = script
-        .build()
+        .build()?
         .persistent(false)
         .fetch_all(&mut *conn)
         .await?;
@@ -166,7 +167,7 @@ async fn apply(
     }
     let marks = source_marks(batch, &results);
     for chunk in marks.chunks(ROWS_PER_STATEMENT) {
-        let mut qb = QueryBuilder::<Sqlite>::new(
+        let mut qb = Script::new(
             "UPDATE events SET source_sequence = v.column2, source_emitted_at = v.column3 FROM (",
         );
         qb.push_values(chunk, |mut row, (id, sequence, emitted_at)| {
@@ -175,7 +176,7 @@ async fn apply(
                 .push_bind(emitted_at.map(|t| t.to_rfc3339()));
         });
         qb.push(") AS v WHERE events.id = v.column1");
-        qb.build().persistent(false).execute(&mut *conn).await?;
+        qb.build()?.persistent(false).execute(&mut *conn).await?;
     }
     Ok(Some(results))
 }

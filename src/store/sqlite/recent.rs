@@ -23,7 +23,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use sqlx::{QueryBuilder, Sqlite};
+use super::script::Script;
 use uuid::Uuid;
 
 use crate::idempotency_cache::IdempotencyCache;
@@ -148,7 +148,7 @@ pub(super) fn receipts(
 
 /// One multi-row UPDATE of the batch's script: adds the receipts to
 /// `received_count` and moves `last_received_at` forward.
-pub(super) fn count(script: &mut QueryBuilder<Sqlite>, receipts: &[(Uuid, u32, Timestamp)]) {
+pub(super) fn count(script: &mut Script, receipts: &[(Uuid, u32, Timestamp)]) {
     script.push(
         "UPDATE events SET received_count = events.received_count + v.column2, \
          last_received_at = CASE WHEN events.last_received_at IS NULL \

@@ -10,13 +10,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
-use sqlx::{Connection, QueryBuilder, Sqlite, SqliteConnection};
+use sqlx::{Connection, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{error, warn};
 use uuid::Uuid;
 
 use super::recent::{self, RecentKeys};
 use super::rows::{self, SUMMARY_COLUMNS};
+use super::script::Script;
 use crate::model::{Attempt, Finish, NewDelivery, NewEvent, Status, Subscriber, Timestamp};
 use crate::store::rows::RowExt;
 use crate::store::{EventSummary, Inserted, PendingDelivery, ReplayFilter, StoreError};
@@ -198,7 +199,7 @@ async fn commit(
     // Before the commit, so that no retry is answered an older status after it.
     recent::forget(recent, &settles);
     let receipts = recent::receipts(arrivals(ops));
-    let mut script = QueryBuilder::<Sqlite>::new("BEGIN IMMEDIATE;");
+    let mut script = Script::new("BEGIN IMMEDIATE;");
     for chunk in events.chunks(ROWS_PER_STATEMENT) {
         insert_events(&mut script, chunk);
     }
@@ -228,7 +229,11 @@ async fn commit(
     for chunk in receipts.chunks(ROWS_PER_STATEMENT) {
         recent::count(&mut script, chunk);
     }
-    let outcome = match script.build().persistent(true).fetch_all(&mut *conn).await {
+    let ran = match script.build() {
+        Ok(query) => query.persistent(true).fetch_all(&mut *conn).await,
+        Err(e) => Err(e),
+    };
+    let outcome = match ran {
         Ok(rows) => settle_inserts(conn, ops, &events, &rows).await,
         Err(e) => Err(e.into()),
     };
@@ -323,7 +328,7 @@ async fn settle_inserts(
 }
 
 /// `pending → processing` for deliveries a worker took.
-fn start(script: &mut QueryBuilder<Sqlite>, deliveries: &[Uuid]) {
+fn start(script: &mut Script, deliveries: &[Uuid]) {
     script.push("UPDATE deliveries SET status = 'processing', updated_at = ");
     script.push_bind(Timestamp::now().to_rfc3339());
     script.push(" WHERE status = 'pending' AND id IN (");
@@ -335,7 +340,7 @@ fn start(script: &mut QueryBuilder<Sqlite>, deliveries: &[Uuid]) {
 }
 
 /// Attempt outcomes, one multi-row UPDATE. A success keeps the previous error.
-fn finish(script: &mut QueryBuilder<Sqlite>, finishes: &[&Finish]) {
+fn finish(script: &mut Script, finishes: &[&Finish]) {
     script.push(
         "UPDATE deliveries SET status = v.column2, attempts = v.column3, \
          last_error = COALESCE(v.column4, deliveries.last_error), retry_after = v.column5, \
@@ -356,7 +361,7 @@ fn finish(script: &mut QueryBuilder<Sqlite>, finishes: &[&Finish]) {
 /// The attempt history of the outcomes (one multi-row INSERT): an attempt already
 /// on record is kept as it was, and an event that is gone (nothing should delete an
 /// unfinished one) gets no rows instead of failing the batch.
-fn record_attempts(script: &mut QueryBuilder<Sqlite>, attempts: &[(Uuid, &Attempt)]) {
+fn record_attempts(script: &mut Script, attempts: &[(Uuid, &Attempt)]) {
     script.push(
         "INSERT INTO attempts (event_id, handler, attempt, started_at, duration_ms, outcome, \
          response_status, response_body, error, request) SELECT v.* FROM (",
@@ -431,7 +436,7 @@ pub(super) async fn purge(
 /// when all
 /// are (or there are none); `failed` when one is dead-lettered and none is still
 /// pending or processing; `pending` while nothing was tried yet; else `processing`.
-fn settle(script: &mut QueryBuilder<Sqlite>, events: &[Uuid]) {
+fn settle(script: &mut Script, events: &[Uuid]) {
     script.push(
         "UPDATE events SET \
            status = CASE \
@@ -492,7 +497,7 @@ pub(super) async fn count_receipts(
     }
     let receipts: Vec<_> = receipts.into_iter().collect();
     for chunk in receipts.chunks(ROWS_PER_STATEMENT) {
-        let mut qb = QueryBuilder::<Sqlite>::new(
+        let mut qb = Script::new(
             "UPDATE events SET received_count = events.received_count + v.column2, \
              last_received_at = v.column3 FROM (",
         );
@@ -502,7 +507,7 @@ pub(super) async fn count_receipts(
                 .push_bind(at.to_rfc3339());
         });
         qb.push(") AS v WHERE events.id = v.column1");
-        qb.build().persistent(false).execute(&mut *conn).await?;
+        qb.build()?.persistent(false).execute(&mut *conn).await?;
     }
     for (_, (key, n, _)) in receipts {
         if let Some(stored) = existing.get_mut(key) {
@@ -513,7 +518,7 @@ pub(super) async fn count_receipts(
 }
 
 /// One multi-row INSERT that skips taken keys, then a row with how many it inserted.
-pub(super) fn insert_events(script: &mut QueryBuilder<Sqlite>, events: &[&NewEvent]) {
+pub(super) fn insert_events(script: &mut Script, events: &[&NewEvent]) {
     script.push(
         "INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256, \
          status, created_at, updated_at, source, traceparent, tracestate) ",
@@ -548,10 +553,7 @@ pub(super) fn insert_events(script: &mut QueryBuilder<Sqlite>, events: &[&NewEve
 
 /// The deliveries of the events that were inserted (an event whose key was taken
 /// was not, and its fresh id is in no row, so its deliveries are skipped).
-pub(super) fn insert_deliveries(
-    script: &mut QueryBuilder<Sqlite>,
-    rows: &[(&NewEvent, &NewDelivery)],
-) {
+pub(super) fn insert_deliveries(script: &mut Script, rows: &[(&NewEvent, &NewDelivery)]) {
     script.push(
         "INSERT INTO deliveries (id, event_id, handler, ordering_value, created_at, updated_at) \
          SELECT v.* FROM (",
@@ -574,7 +576,7 @@ pub(super) async fn find_keys(
 ) -> Result<HashMap<String, EventSummary>, StoreError> {
     let mut found = HashMap::with_capacity(keys.len());
     for chunk in keys.chunks(ROWS_PER_STATEMENT) {
-        let mut qb = QueryBuilder::<Sqlite>::new(format!(
+        let mut qb = Script::new(format!(
             "SELECT {SUMMARY_COLUMNS} FROM events WHERE idempotency_key IN ("
         ));
         let mut list = qb.separated(", ");
@@ -582,7 +584,7 @@ pub(super) async fn find_keys(
             list.push_bind(k.to_string());
         }
         qb.push(")");
-        for row in qb.build().fetch_all(&mut *conn).await? {
+        for row in qb.build()?.fetch_all(&mut *conn).await? {
             let s = rows::summary(&row)?;
             found.insert(s.idempotency_key.clone(), s);
         }
@@ -599,9 +601,8 @@ pub(super) async fn replay(
     recent: &RecentKeys,
 ) -> Result<Vec<PendingDelivery>, StoreError> {
     let mut tx = conn.begin().await?;
-    let mut qb = QueryBuilder::<Sqlite>::new(
-        "UPDATE deliveries SET status = 'pending', retry_after = NULL, updated_at = ",
-    );
+    let mut qb =
+        Script::new("UPDATE deliveries SET status = 'pending', retry_after = NULL, updated_at = ");
     qb.push_bind(Timestamp::now().to_rfc3339());
     qb.push(" WHERE id IN (SELECT id FROM deliveries WHERE status = 'failed'");
     if let Some(after) = after {
@@ -623,7 +624,7 @@ pub(super) async fn replay(
     }
     qb.push(" ORDER BY id LIMIT ").push_bind(i64::from(limit));
     qb.push(") RETURNING id, event_id, handler, ordering_value");
-    let rows = qb.build().fetch_all(&mut *tx).await?;
+    let rows = qb.build()?.fetch_all(&mut *tx).await?;
     let mut replayed = Vec::with_capacity(rows.len());
     for r in &rows {
         replayed.push(PendingDelivery {
@@ -638,9 +639,9 @@ pub(super) async fn replay(
     events.sort_unstable();
     events.dedup();
     for chunk in events.chunks(ROWS_PER_STATEMENT) {
-        let mut script = QueryBuilder::<Sqlite>::new("");
+        let mut script = Script::new("");
         settle(&mut script, chunk);
-        script.build().persistent(false).execute(&mut *tx).await?;
+        script.build()?.persistent(false).execute(&mut *tx).await?;
     }
     recent::forget(recent, &events);
     tx.commit().await?;
