@@ -57,8 +57,10 @@
 # alternating which goes first, each run on a fresh database and with only the
 # server it measures running (hookbox with its default SQLITE_SYNCHRONOUS=full,
 # as the floor always has: another value is warned about);
-# ROUNDS (default 3) rounds, then a table of each run's req/s, p99 and non-2xx, the
-# medians and their ratio, with the load average before and after. If `wrk` is
+# ROUNDS (default 3) rounds, then a table of each run's req/s, p99, non-2xx and
+# the server's CPU time per request answered (from /proc: less sensitive to a
+# busy machine than req/s), the medians and their ratio, with the load average
+# before and after. If `wrk` is
 # installed (and WRK is not 0) the same rounds follow with wrk (-t2, loadgen's
 # --duration and --connections, scripts/wrk-intake.lua: a 1 KB event, a unique key
 # per request) and a second table.
@@ -290,22 +292,34 @@ if [[ "$1" == floor ]]; then
             else if (v ~ /s$/) printf "%.2f", v * 1000
             else print "?" }'
     }
-    # `measure TOOL URL`: one run; its output to stderr, "req/s p99-ms non-2xx" to stdout.
+    # `cpu_ticks PID`: the process's user + system CPU time so far, in clock ticks.
+    cpu_ticks() {
+        awk '{ print $14 + $15 }' "/proc/$1/stat"
+    }
+    # `measure TOOL URL PID`: one run; its output to stderr, "req/s p99-ms non-2xx
+    # cpu-us-per-request" (the server's CPU time over the requests answered) to stdout.
     measure() {
-        local out rate p99 non2xx
+        local out rate p99 non2xx requests before after
+        before="$(cpu_ticks "$3")"
         if [[ "$1" == loadgen ]]; then
             out="$("$bin_dir/loadgen" ingest --url "$2" "${args[@]}")"
-            read -r rate p99 non2xx < <(awk 'NR == 1 { r = index($0, "req/s"); p = index($0, "p99"); n = index($0, "non-2xx") }
+            read -r rate p99 non2xx requests < <(awk 'NR == 1 { r = index($0, "req/s"); p = index($0, "p99");
+                    n = index($0, "non-2xx"); q = index($0, "requests") }
                 NR == 2 { split(substr($0, r), a, " "); split(substr($0, p), b, " ");
-                          split(substr($0, n), c, " "); print a[1], b[1], (c[1] == "none" ? 0 : c[1]) }' <<<"$out")
+                          split(substr($0, n), c, " "); split(substr($0, q), d, " ");
+                          print a[1], b[1], (c[1] == "none" ? 0 : c[1]), d[1] }' <<<"$out")
         else
             out="$(wrk -t2 -c"$connections" -d"$duration" --latency -s scripts/wrk-intake.lua "$2")"
             rate="$(awk '$1 == "Requests/sec:" { print $2 }' <<<"$out")"
             p99="$(awk '$1 == "99%" { print $2 }' <<<"$out")"
             non2xx="$(awk '/Non-2xx/ { print $NF }' <<<"$out")"
+            requests="$(awk '$2 == "requests" && $3 == "in" { print $1 }' <<<"$out")"
         fi
+        after="$(cpu_ticks "$3")"
         echo "$out" >&2
-        echo "${rate:-0} $(to_ms "${p99:-?}") ${non2xx:-0}"
+        echo "${rate:-0} $(to_ms "${p99:-?}") ${non2xx:-0}" \
+            "$(awk -v t="$((after - before))" -v hz="$(getconf CLK_TCK)" -v n="${requests:-0}" \
+                'BEGIN { if (n > 0) printf "%.0f", t * 1e6 / hz / n; else print "?" }')"
     }
     # `median N…`: the middle value (the mean of the two middle ones for an even count).
     median() {
@@ -328,32 +342,38 @@ if [[ "$1" == floor ]]; then
             for target in "${order[@]}"; do
                 start_target "$target"
                 target_url="$url"
-                [[ "$target" == floor ]] && target_url="$floor_url"
+                target_pid="$hookbox_pid"
+                if [[ "$target" == floor ]]; then
+                    target_url="$floor_url"
+                    target_pid="$floor_pid"
+                fi
                 echo "bench.sh: $tool, round $round: $target at $target_url" >&2
-                result["$tool,$target,$round"]="$(measure "$tool" "$target_url")"
+                result["$tool,$target,$round"]="$(measure "$tool" "$target_url" "$target_pid")"
                 stop_target "$target"
             done
         done
         load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
         if [[ "$tool" == loadgen ]]; then
-            echo "loadgen ingest ${args[*]}: $rounds rounds, a fresh database each run"
+            echo "loadgen ingest ${args[*]}: rounds: $rounds, a fresh database each run"
         else
-            echo "wrk -t2 -c$connections -d$duration --latency -s scripts/wrk-intake.lua: $rounds rounds, a fresh database each run"
+            echo "wrk -t2 -c$connections -d$duration --latency -s scripts/wrk-intake.lua: rounds: $rounds, a fresh database each run"
         fi
         echo "load average (1, 5, 15 min): $load_before before, $load_after after"
-        printf '%-7s %14s %12s %8s %14s %12s %8s\n' round "hookbox req/s" "p99 (ms)" non-2xx "floor req/s" "p99 (ms)" non-2xx
+        printf '%-7s %14s %9s %8s %10s %14s %9s %8s %10s\n' round "hookbox req/s" "p99 (ms)" non-2xx "CPU us/req" \
+            "floor req/s" "p99 (ms)" non-2xx "CPU us/req"
         hookbox_rates=()
         floor_rates=()
         for round in $(seq 1 "$rounds"); do
-            read -r h_rate h_p99 h_non <<<"${result[$tool,hookbox,$round]}"
-            read -r f_rate f_p99 f_non <<<"${result[$tool,floor,$round]}"
+            read -r h_rate h_p99 h_non h_cpu <<<"${result[$tool,hookbox,$round]}"
+            read -r f_rate f_p99 f_non f_cpu <<<"${result[$tool,floor,$round]}"
             hookbox_rates+=("$h_rate")
             floor_rates+=("$f_rate")
-            printf '%-7s %14s %12s %8s %14s %12s %8s\n' "$round" "$h_rate" "$h_p99" "$h_non" "$f_rate" "$f_p99" "$f_non"
+            printf '%-7s %14s %9s %8s %10s %14s %9s %8s %10s\n' "$round" "$h_rate" "$h_p99" "$h_non" "$h_cpu" \
+                "$f_rate" "$f_p99" "$f_non" "$f_cpu"
         done
         h_median="$(median "${hookbox_rates[@]}")"
         f_median="$(median "${floor_rates[@]}")"
-        printf '%-7s %14s %12s %8s %14s\n' median "$h_median" "" "" "$f_median"
+        printf '%-7s %14s %9s %8s %10s %14s\n' median "$h_median" "" "" "" "$f_median"
         awk -v h="$h_median" -v f="$f_median" \
             'BEGIN { printf "hookbox / floor (medians of req/s): %.2fx\n\n", (f > 0 ? h / f : 0) }'
     done
