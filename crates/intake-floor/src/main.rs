@@ -38,6 +38,12 @@
 //! target/release/loadgen ingest --url http://127.0.0.1:8100 --duration 10s --connections 64
 //! scripts/bench.sh floor          # hookbox and the floor, interleaved, 3 rounds
 //! ```
+//!
+//! `scripts/bench.sh floor` (see its header) builds this binary with hookbox and
+//! loadgen, runs each server on a fresh database in turn under `loadgen ingest`
+//! (and `wrk`, if installed), and prints req/s, p99 and CPU per request of both
+//! and the ratio of the medians; docs/benchmarks.md ("Intake floor") has the
+//! figures measured so far.
 
 mod intake;
 mod writer;
