@@ -21,6 +21,9 @@
 #   scripts/bench.sh isolation                          # a fast destination's latency,
 #                                                     # alone and beside 10 slow + 1 silent
 #   scripts/bench.sh rate                               # 100 subscribers limited to 20/s
+#   scripts/bench.sh floor                              # hookbox's intake vs intake-floor,
+#   ROUNDS=5 scripts/bench.sh floor --duration 20s      # the group-commit prototype,
+#                                                     # interleaved (and with wrk)
 #
 # Arguments go to target/release/loadgen (the workspace crate crates/loadgen; see
 # `loadgen --help`); the
@@ -46,6 +49,21 @@
 # RSS (VmRSS, and the peak VmHWM) from /proc, kills hookbox with SIGKILL, starts
 # it again on the same database and reports the time until GET /ready answers
 # 200 and the RSS then and 5 s later; the other arguments go to `loadgen fill`.
+# `floor [ingest args]` is issue 28's reference: hookbox's intake against
+# `intake-floor` (crates/intake-floor: one axum handler, one writer, a multi-row
+# INSERT per batch, synchronous=FULL, 202 after COMMIT; no routing, no deliveries),
+# built with them (BENCH_BIN_DIR must hold it too). Each round runs `loadgen
+# ingest` (default --duration 10s --connections 64) against each of the two,
+# alternating which goes first, each run on a fresh database and with only the
+# server it measures running (hookbox with its default SQLITE_SYNCHRONOUS=full,
+# as the floor always has: another value is warned about);
+# ROUNDS (default 3) rounds, then a table of each run's req/s, p99, non-2xx and
+# the server's CPU time per request answered (from /proc: less sensitive to a
+# busy machine than req/s), the medians and their ratio, with the load average
+# before and after. If `wrk` is
+# installed (and WRK is not 0) the same rounds follow with wrk (-t2, loadgen's
+# --duration and --connections, scripts/wrk-intake.lua: a 1 KB event, a unique key
+# per request) and a second table.
 # In `deliver`, `isolation` and `rate` modes hookbox also gets
 # ALLOWED_TARGETS=127.0.0.0/8 (unless set), so that the subscribers loadgen registers
 # may reach its built-in receiver on 127.0.0.1. Every other hookbox setting
@@ -73,12 +91,15 @@ pick_port() {
 
 # BENCH_BIN_DIR: run the hookbox and loadgen binaries of that folder instead of
 # building this checkout (to interleave runs of two builds back to back).
+# Otherwise the build goes to $CARGO_TARGET_DIR (default target)/release.
 if [[ -n "${BENCH_BIN_DIR:-}" ]]; then
     bin_dir="$BENCH_BIN_DIR"
 else
     echo "bench.sh: building (release)" >&2
-    cargo build --release -p hookbox -p loadgen --bin hookbox --bin loadgen
-    bin_dir=target/release
+    floor_build=()
+    [[ "${1:-}" == floor ]] && floor_build=(-p intake-floor --bin intake-floor)
+    cargo build --release -p hookbox -p loadgen --bin hookbox --bin loadgen "${floor_build[@]}"
+    bin_dir="${CARGO_TARGET_DIR:-target}/release"
 fi
 
 port="$(pick_port)"
@@ -111,25 +132,37 @@ while IFS='=' read -r name value; do
 done < <("$bin_dir/loadgen" source-keys)
 log="$workdir/hookbox.log"
 hookbox_pid=""
+floor_pid=""
 
-# Always stop hookbox (SIGTERM, then SIGKILL after 20s) and remove the temp dir.
-cleanup() {
-    local status=$?
-    if [[ -n "$hookbox_pid" ]] && kill -0 "$hookbox_pid" 2>/dev/null; then
-        kill -TERM "$hookbox_pid" 2>/dev/null || true
+# `stop_server PID NAME`: SIGTERM, then SIGKILL after 20s.
+stop_server() {
+    local pid="$1" name="$2"
+    if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
+        kill -TERM "$pid" 2>/dev/null || true
         for _ in $(seq 1 200); do
-            kill -0 "$hookbox_pid" 2>/dev/null || break
+            kill -0 "$pid" 2>/dev/null || break
             sleep 0.1
         done
-        if kill -0 "$hookbox_pid" 2>/dev/null; then
-            echo "bench.sh: hookbox ignored SIGTERM for 20s; killing it" >&2
-            kill -KILL "$hookbox_pid" 2>/dev/null || true
+        if kill -0 "$pid" 2>/dev/null; then
+            echo "bench.sh: $name ignored SIGTERM for 20s; killing it" >&2
+            kill -KILL "$pid" 2>/dev/null || true
         fi
-        wait "$hookbox_pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
     fi
+}
+
+# Always stop hookbox (and intake-floor) and remove the temp dir.
+cleanup() {
+    local status=$?
+    stop_server "$hookbox_pid" hookbox
+    stop_server "$floor_pid" intake-floor
     if [[ $status -ne 0 && -s "$log" ]]; then
         echo "bench.sh: last lines of the hookbox log:" >&2
         tail -n 30 "$log" >&2
+    fi
+    if [[ $status -ne 0 && -s "$workdir/floor.log" ]]; then
+        echo "bench.sh: last lines of the intake-floor log:" >&2
+        tail -n 30 "$workdir/floor.log" >&2
     fi
     rm -rf "$workdir"
     exit "$status"
@@ -175,19 +208,21 @@ start_hookbox() {
     hookbox_pid=$!
 }
 
-# Waits (polling every 10 ms, up to 60 s) until GET /ready answers 200.
+# `wait_ready [PID URL NAME]` (default: hookbox's) waits, polling every 10 ms, up
+# to 60 s, until GET URL/ready answers 200.
 wait_ready() {
+    local pid="${1:-$hookbox_pid}" base="${2:-$url}" name="${3:-hookbox}"
     for _ in $(seq 1 6000); do
-        if ! kill -0 "$hookbox_pid" 2>/dev/null; then
-            echo "bench.sh: hookbox exited during startup" >&2
+        if ! kill -0 "$pid" 2>/dev/null; then
+            echo "bench.sh: $name exited during startup" >&2
             exit 1
         fi
-        if curl -fsS -o /dev/null --max-time 1 "$url/ready" 2>/dev/null; then
+        if curl -fsS -o /dev/null --max-time 1 "$base/ready" 2>/dev/null; then
             return 0
         fi
         sleep 0.01
     done
-    echo "bench.sh: hookbox did not become ready at $url/ready within 60s" >&2
+    echo "bench.sh: $name did not become ready at $base/ready within 60s" >&2
     exit 1
 }
 
@@ -195,6 +230,155 @@ wait_ready() {
 rss() {
     awk -v f="$1:" '$1 == f { printf "%.0f", $2 / 1024 }' "/proc/$hookbox_pid/status"
 }
+
+# `floor`: hookbox's intake against intake-floor (crates/intake-floor, the
+# group-commit prototype's shape), interleaved; see the header.
+if [[ "$1" == floor ]]; then
+    shift
+    [[ $# -eq 0 ]] && set -- --duration 10s --connections 64
+    rounds="${ROUNDS:-3}"
+    if [[ ! "${SQLITE_SYNCHRONOUS:-full}" =~ ^[Ff][Uu][Ll][Ll]$ ]]; then
+        echo "bench.sh: warning: SQLITE_SYNCHRONOUS=$SQLITE_SYNCHRONOUS for hookbox; the floor always uses FULL" >&2
+    fi
+    if [[ -n "${BENCH_PORT:-}" ]]; then
+        floor_port=$((BENCH_PORT + 1))
+    else
+        floor_port="$(pick_port)"
+    fi
+    floor_url="http://127.0.0.1:${floor_port}"
+    floor_log="$workdir/floor.log"
+    # wrk gets loadgen's --duration and --connections (10s and 64 by default).
+    duration=10s
+    connections=64
+    args=("$@")
+    for i in "${!args[@]}"; do
+        case "${args[$i]}" in
+            --duration) duration="${args[$((i + 1))]}" ;;
+            --duration=*) duration="${args[$i]#--duration=}" ;;
+            --connections) connections="${args[$((i + 1))]}" ;;
+            --connections=*) connections="${args[$i]#--connections=}" ;;
+        esac
+    done
+
+    # `start_target NAME`: hookbox or floor, on a fresh database, ready.
+    start_target() {
+        if [[ "$1" == hookbox ]]; then
+            rm -f "$workdir/events.db" "$workdir"/events.db-*
+            start_hookbox
+            wait_ready
+        else
+            rm -rf "$workdir/floor"
+            mkdir "$workdir/floor"
+            BIND_ADDR="127.0.0.1:${floor_port}" DB_PATH="$workdir/floor/floor.db" \
+                "$bin_dir/intake-floor" >>"$floor_log" 2>&1 &
+            floor_pid=$!
+            wait_ready "$floor_pid" "$floor_url" intake-floor
+        fi
+    }
+    stop_target() {
+        if [[ "$1" == hookbox ]]; then
+            stop_server "$hookbox_pid" hookbox
+            hookbox_pid=""
+        else
+            stop_server "$floor_pid" intake-floor
+            floor_pid=""
+        fi
+    }
+    # `to_ms LATENCY`: 850us, 1.85ms or 1.20s as milliseconds.
+    to_ms() {
+        awk -v v="$1" 'BEGIN {
+            if (v ~ /us$/) printf "%.2f", v / 1000
+            else if (v ~ /ms$/) printf "%.2f", v + 0
+            else if (v ~ /s$/) printf "%.2f", v * 1000
+            else print "?" }'
+    }
+    # `cpu_ticks PID`: the process's user + system CPU time so far, in clock ticks.
+    cpu_ticks() {
+        awk '{ print $14 + $15 }' "/proc/$1/stat"
+    }
+    # `measure TOOL URL PID`: one run; its output to stderr, "req/s p99-ms non-2xx
+    # cpu-us-per-request" (the server's CPU time over the requests answered) to stdout.
+    measure() {
+        local out rate p99 non2xx requests before after
+        before="$(cpu_ticks "$3")"
+        if [[ "$1" == loadgen ]]; then
+            out="$("$bin_dir/loadgen" ingest --url "$2" "${args[@]}")"
+            read -r rate p99 non2xx requests < <(awk 'NR == 1 { r = index($0, "req/s"); p = index($0, "p99");
+                    n = index($0, "non-2xx"); q = index($0, "requests") }
+                NR == 2 { split(substr($0, r), a, " "); split(substr($0, p), b, " ");
+                          split(substr($0, n), c, " "); split(substr($0, q), d, " ");
+                          print a[1], b[1], (c[1] == "none" ? 0 : c[1]), d[1] }' <<<"$out")
+        else
+            out="$(wrk -t2 -c"$connections" -d"$duration" --latency -s scripts/wrk-intake.lua "$2")"
+            rate="$(awk '$1 == "Requests/sec:" { print $2 }' <<<"$out")"
+            p99="$(awk '$1 == "99%" { print $2 }' <<<"$out")"
+            non2xx="$(awk '/Non-2xx/ { print $NF }' <<<"$out")"
+            requests="$(awk '$2 == "requests" && $3 == "in" { print $1 }' <<<"$out")"
+        fi
+        after="$(cpu_ticks "$3")"
+        echo "$out" >&2
+        echo "${rate:-0} $(to_ms "${p99:-?}") ${non2xx:-0}" \
+            "$(awk -v t="$((after - before))" -v hz="$(getconf CLK_TCK)" -v n="${requests:-0}" \
+                'BEGIN { if (n > 0) printf "%.0f", t * 1e6 / hz / n; else print "?" }')"
+    }
+    # `median N…`: the middle value (the mean of the two middle ones for an even count).
+    median() {
+        printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END {
+            if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+    }
+
+    tools=(loadgen)
+    if command -v wrk >/dev/null && [[ "${WRK:-1}" != 0 ]]; then
+        tools+=(wrk)
+    else
+        echo "bench.sh: wrk is not installed (or WRK=0): loadgen only" >&2
+    fi
+    declare -A result
+    for tool in "${tools[@]}"; do
+        load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
+        for round in $(seq 1 "$rounds"); do
+            order=(hookbox floor)
+            (( round % 2 == 0 )) && order=(floor hookbox)
+            for target in "${order[@]}"; do
+                start_target "$target"
+                target_url="$url"
+                target_pid="$hookbox_pid"
+                if [[ "$target" == floor ]]; then
+                    target_url="$floor_url"
+                    target_pid="$floor_pid"
+                fi
+                echo "bench.sh: $tool, round $round: $target at $target_url" >&2
+                result["$tool,$target,$round"]="$(measure "$tool" "$target_url" "$target_pid")"
+                stop_target "$target"
+            done
+        done
+        load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
+        if [[ "$tool" == loadgen ]]; then
+            echo "loadgen ingest ${args[*]}: rounds: $rounds, a fresh database each run"
+        else
+            echo "wrk -t2 -c$connections -d$duration --latency -s scripts/wrk-intake.lua: rounds: $rounds, a fresh database each run"
+        fi
+        echo "load average (1, 5, 15 min): $load_before before, $load_after after"
+        printf '%-7s %14s %9s %8s %10s %14s %9s %8s %10s\n' round "hookbox req/s" "p99 (ms)" non-2xx "CPU us/req" \
+            "floor req/s" "p99 (ms)" non-2xx "CPU us/req"
+        hookbox_rates=()
+        floor_rates=()
+        for round in $(seq 1 "$rounds"); do
+            read -r h_rate h_p99 h_non h_cpu <<<"${result[$tool,hookbox,$round]}"
+            read -r f_rate f_p99 f_non f_cpu <<<"${result[$tool,floor,$round]}"
+            hookbox_rates+=("$h_rate")
+            floor_rates+=("$f_rate")
+            printf '%-7s %14s %9s %8s %10s %14s %9s %8s %10s\n' "$round" "$h_rate" "$h_p99" "$h_non" "$h_cpu" \
+                "$f_rate" "$f_p99" "$f_non" "$f_cpu"
+        done
+        h_median="$(median "${hookbox_rates[@]}")"
+        f_median="$(median "${floor_rates[@]}")"
+        printf '%-7s %14s %9s %8s %10s %14s\n' median "$h_median" "" "" "" "$f_median"
+        awk -v h="$h_median" -v f="$f_median" \
+            'BEGIN { printf "hookbox / floor (medians of req/s): %.2fx\n\n", (f > 0 ? h / f : 0) }'
+    done
+    exit 0
+fi
 
 echo "bench.sh: starting hookbox on $url (data in $workdir)" >&2
 start_hookbox
