@@ -1,4 +1,4 @@
-//! The subscribers API, as `deliver` uses it.
+//! The subscribers API, as `deliver`, `isolation`, `rate` and `soak` use it.
 
 use std::sync::Arc;
 
@@ -36,6 +36,20 @@ pub(crate) struct Admin {
 }
 
 impl Admin {
+    /// A client for `target`'s admin routes, with `Bearer <token>` when a token is
+    /// given (`--admin-token` or `ADMIN_TOKEN`).
+    pub(crate) fn new(target: Arc<Target>, token: Option<&str>) -> Result<Self, BoxError> {
+        let authorization = token
+            .map(|t| HeaderValue::from_str(&format!("Bearer {t}")))
+            .transpose()
+            .map_err(|_| "--admin-token is not a valid header value")?;
+        Ok(Self {
+            conn: Connection::new(Arc::clone(&target)),
+            target,
+            authorization,
+        })
+    }
+
     /// Sends one admin request; returns the status and the body as text.
     pub(crate) async fn send(
         &mut self,
@@ -77,8 +91,18 @@ impl Admin {
         if let Some(transform) = &shape.transform {
             body["transform"] = transform.clone().into();
         }
+        self.create_body(name, &body).await
+    }
+
+    /// Creates subscriber `name` from a whole `POST /subscribers` body (any of the
+    /// fields docs/api.md lists); a clear error unless hookbox answers 201.
+    pub(crate) async fn create_body(
+        &mut self,
+        name: &str,
+        body: &serde_json::Value,
+    ) -> Result<(), BoxError> {
         let (status, text) = self
-            .send(Method::POST, "/subscribers", Some(&body))
+            .send(Method::POST, "/subscribers", Some(body))
             .await
             .map_err(|e| format!("POST /subscribers ({name}) failed: {e}"))?;
         if status == StatusCode::CREATED {

@@ -44,6 +44,47 @@ pub(crate) enum Command {
     /// Time a filter's evaluation and a transform's run per event, in-process
     /// (hookbox's library), and print a table.
     Pipeline(PipelineArgs),
+    /// Post at a fixed rate for a long time to a subscriber on a built-in receiver
+    /// that fails a share of the attempts; print one row per interval (latency
+    /// counted from when each request was due).
+    Soak(SoakArgs),
+}
+
+/// Options of `soak`.
+#[derive(Args, Debug)]
+pub(crate) struct SoakArgs {
+    #[command(flatten)]
+    pub(crate) common: CommonArgs,
+    /// Events per second, held fixed whatever the answers' latency (request n is
+    /// due n/rate seconds after the start).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub(crate) rate: u64,
+    /// How long to post for (e.g. `1h`, `3m`).
+    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+    pub(crate) duration: Duration,
+    /// One row per this much time.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub(crate) interval: Duration,
+    /// The built-in receiver answers 500 to this many of every 100 deliveries
+    /// (evenly spread: every tenth for 10), so that hookbox retries them.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub(crate) fail_percent: u8,
+    /// `event_type` of the posted events (the subscriber takes exactly this type).
+    #[arg(long, default_value = "bench.soak")]
+    pub(crate) event_type: String,
+    /// Name of the subscriber registered for the run (deleted at the end).
+    #[arg(long, default_value = "bench-soak")]
+    pub(crate) subscriber: String,
+    /// The subscriber's `max_in_flight` (attempts at once to the receiver).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_in_flight: u32,
+    /// After posting, wait this long at most for `hookbox_events_pending` to reach
+    /// 0 (exit 1 if it does not); `0s` does not wait.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    pub(crate) drain_timeout: Duration,
+    /// Bearer token for the admin routes, when hookbox has `ADMIN_TOKEN` set.
+    #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
+    pub(crate) admin_token: Option<String>,
 }
 
 /// Options of `pipeline`.

@@ -6,12 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use hyper::header::HeaderValue;
-
 use crate::BoxError;
 use crate::admin::{Admin, BENCH_SUBSCRIBERS, Shape};
 use crate::cli::DeliverArgs;
-use crate::conn::{Connection, Target, check_reachable};
+use crate::conn::{Target, check_reachable};
 use crate::post::{Posting, event_body, post_counted};
 use crate::progress::progress_bar;
 use crate::receiver::{Tally, start_receiver};
@@ -36,17 +34,7 @@ pub(crate) async fn run_deliver(args: DeliverArgs) -> Result<ExitCode, BoxError>
     check_reachable(&target).await?;
     let tally = Arc::new(Tally::default());
     let receiver = start_receiver(Arc::clone(&tally)).await?;
-    let authorization = args
-        .admin_token
-        .as_deref()
-        .map(|t| HeaderValue::from_str(&format!("Bearer {t}")))
-        .transpose()
-        .map_err(|_| "--admin-token is not a valid header value")?;
-    let mut admin = Admin {
-        target: Arc::clone(&target),
-        conn: Connection::new(Arc::clone(&target)),
-        authorization,
-    };
+    let mut admin = Admin::new(Arc::clone(&target), args.admin_token.as_deref())?;
     let shape = if args.bench_shape {
         Shape {
             filter: Some(serde_json::from_str(crate::pipeline::BENCH_FILTER)?),

@@ -27,7 +27,7 @@ pub(crate) async fn run_e2e(args: E2eArgs) -> Result<ExitCode, BoxError> {
     let mut metrics_conn = Connection::new(Arc::clone(&target));
     // Check the gauge before posting anything: without it there is nothing to wait on.
     match read_pending(&mut metrics_conn, &target).await? {
-        None => return Ok(metric_missing()),
+        None => return Ok(metric_missing("e2e")),
         Some(pending) if pending > 0.0 => eprintln!(
             "loadgen: warning: {PENDING_METRIC} is already {pending} before posting; \
              the drain time includes that backlog"
@@ -52,7 +52,7 @@ pub(crate) async fn run_e2e(args: E2eArgs) -> Result<ExitCode, BoxError> {
     let mut stats = stats?;
     let posting = started.elapsed();
 
-    let drained = wait_for_drain(&mut metrics_conn, &target, deadline, started).await?;
+    let drained = wait_for_drain(&mut metrics_conn, &target, deadline, started, "e2e").await?;
     let summary = Summary::new(&mut stats.latencies_us);
     let accepted = stats.accepted();
     let total = drained.unwrap_or_else(|| started.elapsed());
@@ -97,16 +97,17 @@ pub(crate) async fn run_e2e(args: E2eArgs) -> Result<ExitCode, BoxError> {
 }
 
 /// Polls `/metrics` until the pending gauge is 0; returns the time since
-/// `started`, or `None` at the deadline.
+/// `started`, or `None` at the deadline. `mode` labels the progress line.
 pub(crate) async fn wait_for_drain(
     conn: &mut Connection,
     target: &Target,
     deadline: Instant,
     started: Instant,
+    mode: &str,
 ) -> Result<Option<Duration>, BoxError> {
     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
     bar.set_style(
-        ProgressStyle::with_template("{spinner} e2e drain {msg}")
+        ProgressStyle::with_template(&format!("{{spinner}} {mode} drain {{msg}}"))
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
     let mut ticker = tokio::time::interval(METRICS_POLL);
@@ -169,10 +170,11 @@ pub(crate) fn parse_gauge(text: &str, name: &str) -> Option<f64> {
     found
 }
 
-/// Reports the missing gauge and returns the failure exit code.
-pub(crate) fn metric_missing() -> ExitCode {
+/// Reports the missing gauge (`mode` is what needs it) and returns the failure
+/// exit code.
+pub(crate) fn metric_missing(mode: &str) -> ExitCode {
     eprintln!(
-        "loadgen: GET /metrics has no `{PENDING_METRIC}` gauge; e2e cannot tell when \
+        "loadgen: GET /metrics has no `{PENDING_METRIC}` gauge; {mode} cannot tell when \
          the events are processed (is METRICS_PUBLIC=false, or is this not hookbox?)"
     );
     ExitCode::FAILURE

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use crate::BoxError;
 use crate::admin::Admin;
 use crate::cli::{IsolationArgs, RateArgs};
-use crate::conn::{Connection, Target, check_reachable};
+use crate::conn::{Target, check_reachable};
 use crate::post::{Posting, event_body, post_counted};
 use crate::report::{percentile, print_table};
 
@@ -85,15 +85,7 @@ async fn start_silent() -> Result<std::net::SocketAddr, BoxError> {
 async fn admin(url: &str, token: Option<&str>) -> Result<Admin, BoxError> {
     let target = Arc::new(Target::resolve(url).await?);
     check_reachable(&target).await?;
-    let authorization = token
-        .map(|t| hyper::header::HeaderValue::from_str(&format!("Bearer {t}")))
-        .transpose()
-        .map_err(|_| "--admin-token is not a valid header value")?;
-    Ok(Admin {
-        conn: Connection::new(Arc::clone(&target)),
-        target,
-        authorization,
-    })
+    Admin::new(target, token)
 }
 
 /// Creates a subscriber with `extra` fields; an error unless 201.

@@ -3,7 +3,7 @@
 //! Run with: cargo run --release -p loadgen -- ingest --url http://127.0.0.1:8000 --duration 10s --connections 64
 //! (`scripts/bench.sh` builds it, starts hookbox and runs it).
 //!
-//! Six modes:
+//! The modes:
 //!
 //! - `ingest` posts webhooks for a fixed time and reports throughput, latency
 //!   percentiles and non-2xx statuses. Every connection is one task with its own
@@ -37,6 +37,17 @@
 //! accepted request creates a new event. The progress line goes to stderr, the
 //! results table to stdout.
 //!
+//! - `soak` holds hookbox under a steady load for a long time: it starts the
+//!   built-in receiver answering 500 to `--fail-percent` (10) of its requests,
+//!   registers one subscriber on it (retries every 1 s ±20 %, up to 10 attempts),
+//!   posts `--rate` events per second for `--duration` (1h) — an open loop whose
+//!   latencies count from when each request was due, so stalls are not hidden
+//!   (coordinated omission) — and prints one row per `--interval` (60s): sent,
+//!   2xx, non-2xx, p50, p99, max, how late requests were sent, and the receiver's
+//!   deliveries and refusals; then waits for `hookbox_events_pending` to reach 0
+//!   and deletes the subscriber ([`soak`]; `scripts/soak.sh` runs it and judges the
+//!   server's memory, latency and storage over the run).
+//!
 //! - `websocket` measures a pull source: it is a WebSocket upstream on
 //!   `--listen` (default 127.0.0.1:9100) that, once hookbox's `kind = "websocket"`
 //!   source subscribes, sends `--messages` (50,000) small messages as fast as it
@@ -51,13 +62,14 @@
 //! ALLOWED_TARGETS=127.0.0.0/8 cargo run --release   # then, elsewhere:
 //! cargo run --release -p loadgen -- deliver --events 20000
 //! cargo run --release -p loadgen -- websocket --messages 50000   # see websocket.rs
+//! cargo run --release -p loadgen -- soak --rate 2000 --duration 1h --fail-percent 10
 //! ```
 //!
 //! The modules follow the tool's parts: [`cli`] (arguments), [`conn`] (target and
 //! connections), [`post`] (the posting tasks and their tallies), [`sources`]
 //! (posting as GitHub does), [`progress`] (the live line), one module per mode
 //! ([`ingest`], [`e2e`], [`deliver`] with its [`receiver`] and [`admin`] client,
-//! [`storm`], [`fill`])
+//! [`storm`], [`fill`], [`soak`])
 //! and [`report`] (percentiles, the table, the exit code).
 
 mod admin;
@@ -73,6 +85,7 @@ mod post;
 mod progress;
 mod receiver;
 mod report;
+mod soak;
 mod sources;
 mod storm;
 mod websocket;
@@ -100,6 +113,7 @@ async fn main() -> ExitCode {
         Command::Isolation(args) => lanes::run_isolation(args).await,
         Command::Rate(args) => lanes::run_rate(args).await,
         Command::Pipeline(args) => pipeline::run_pipeline(args),
+        Command::Soak(args) => soak::run_soak(args).await,
         Command::SourceKeys => sources::source_keys().map(|keys| {
             print!("{keys}");
             ExitCode::SUCCESS

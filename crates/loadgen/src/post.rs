@@ -245,6 +245,20 @@ pub(crate) async fn post_once(
     key: &str,
     stats: &mut Stats,
 ) -> Attempt {
+    post_timed(shared, conn, seq, key, stats, None).await
+}
+
+/// Sends one POST /webhooks and records its status and its latency: from `since`
+/// (`soak`: when the request was due, so that time spent waiting for a free
+/// connection counts), or from the send with `None`.
+pub(crate) async fn post_timed(
+    shared: &Shared,
+    conn: &mut Connection,
+    seq: u64,
+    key: &str,
+    stats: &mut Stats,
+    since: Option<Instant>,
+) -> Attempt {
     let request = match intake_request(shared, seq, key) {
         Ok(request) => request,
         Err(err) => {
@@ -252,7 +266,7 @@ pub(crate) async fn post_once(
             return Attempt::Failed;
         }
     };
-    let started = Instant::now();
+    let started = since.unwrap_or_else(Instant::now);
     match conn.send(request).await {
         Ok(response) => {
             let micros = u32::try_from(started.elapsed().as_micros()).unwrap_or(u32::MAX);

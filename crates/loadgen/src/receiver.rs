@@ -1,5 +1,7 @@
 //! The built-in receiver `deliver` counts deliveries with: each (subscriber,
-//! `webhook-id`) once.
+//! `webhook-id`) once. `soak` uses it too, answering 500 to a fixed share of the
+//! requests ([`Tally::fail_percent`]) so that hookbox retries, and without keeping
+//! every id ([`Tally::forget_ids`]: an hour of ids would be the receiver's memory).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -12,13 +14,24 @@ use hyper::{StatusCode, Uri};
 
 use crate::BoxError;
 
-/// What the built-in receiver has seen.
+/// What the built-in receiver has seen, and how it answers.
 #[derive(Default)]
 pub(crate) struct Tally {
     /// Requests received, duplicates included.
     pub(crate) requests: AtomicU64,
-    /// Distinct (subscriber path, `webhook-id`) pairs received.
+    /// Distinct (subscriber path, `webhook-id`) pairs received (not counted with
+    /// [`Tally::forget_ids`]).
     pub(crate) unique: AtomicU64,
+    /// Requests answered 200.
+    pub(crate) succeeded: AtomicU64,
+    /// Requests answered 500 on purpose ([`Tally::fail_percent`]).
+    pub(crate) failed: AtomicU64,
+    /// Answer 500 to this many of every 100 requests, spread evenly and the same
+    /// on every run ([`fails`]); 0 (the default) answers 200 to all.
+    pub(crate) fail_percent: u8,
+    /// Count answers only: keep no `webhook-id` (`seen`, `per_path` and `unique`
+    /// stay empty).
+    pub(crate) forget_ids: bool,
     pub(crate) inner: std::sync::Mutex<TallyInner>,
 }
 
@@ -41,7 +54,17 @@ impl Tally {
     }
 }
 
-/// The receiver's only handler: count, answer 200 with an empty body.
+/// Whether request `n` (0 for the first) is one of the `percent` in every 100
+/// that fail: those where `n · percent / 100` steps up, so the failures are spread
+/// evenly (every tenth, the 10th, 20th, …, for 10) and exactly `percent` of every
+/// 100 consecutive requests fail.
+pub(crate) fn fails(n: u64, percent: u8) -> bool {
+    let percent = u64::from(percent.min(100));
+    (n + 1) * percent / 100 > n * percent / 100
+}
+
+/// The receiver's only handler: count, answer 200 with an empty body (or 500, for
+/// the requests [`fails`] picks).
 pub(crate) async fn receive(
     axum::extract::State(tally): axum::extract::State<Arc<Tally>>,
     uri: Uri,
@@ -49,10 +72,18 @@ pub(crate) async fn receive(
     // Read the body whole so the keep-alive connection can be reused.
     _body: Bytes,
 ) -> StatusCode {
-    tally.requests.fetch_add(1, Ordering::Relaxed);
+    let n = tally.requests.fetch_add(1, Ordering::Relaxed);
     let Some(id) = headers.get("webhook-id").and_then(|v| v.to_str().ok()) else {
         return StatusCode::BAD_REQUEST;
     };
+    if fails(n, tally.fail_percent) {
+        tally.failed.fetch_add(1, Ordering::Relaxed);
+        return StatusCode::INTERNAL_SERVER_ERROR;
+    }
+    tally.succeeded.fetch_add(1, Ordering::Relaxed);
+    if tally.forget_ids {
+        return StatusCode::OK;
+    }
     let mut inner = tally.lock();
     if inner.seen.insert(format!("{} {id}", uri.path())) {
         *inner.per_path.entry(uri.path().to_owned()).or_default() += 1;
@@ -80,4 +111,53 @@ pub(crate) async fn start_receiver(tally: Arc<Tally>) -> Result<SocketAddr, BoxE
         }
     });
     Ok(addr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tenth_fails_for_ten_percent() {
+        let failing: Vec<u64> = (0..30).filter(|&n| fails(n, 10)).collect();
+        assert_eq!(failing, [9, 19, 29]);
+    }
+
+    #[test]
+    fn exactly_the_percentage_of_every_hundred_fails() {
+        for percent in [0, 1, 3, 10, 33, 50, 99, 100] {
+            for start in [0, 100, 12_300] {
+                let failed = (start..start + 100).filter(|&n| fails(n, percent)).count();
+                assert_eq!(failed, usize::from(percent), "{percent} % from {start}");
+            }
+        }
+        assert!((0..1000).all(|n| fails(n, 200)), "over 100 is 100");
+    }
+
+    #[tokio::test]
+    async fn the_receiver_refuses_every_tenth_request() -> Result<(), BoxError> {
+        let tally = Arc::new(Tally {
+            fail_percent: 10,
+            forget_ids: true,
+            ..Tally::default()
+        });
+        let addr = start_receiver(Arc::clone(&tally)).await?;
+        let target = Arc::new(crate::conn::Target::resolve(&format!("http://{addr}")).await?);
+        let mut conn = crate::conn::Connection::new(Arc::clone(&target));
+        let mut refused = Vec::new();
+        for n in 0..20 {
+            let request = hyper::Request::post(target.path("/bench-soak"))
+                .header(hyper::header::HOST, target.host.clone())
+                .header("webhook-id", format!("msg_{n}"))
+                .body(http_body_util::Full::new(Bytes::new()))?;
+            if conn.send(request).await?.status() == StatusCode::INTERNAL_SERVER_ERROR {
+                refused.push(n);
+            }
+        }
+        assert_eq!(refused, [9, 19]);
+        assert_eq!(tally.succeeded.load(Ordering::Relaxed), 18);
+        assert_eq!(tally.failed.load(Ordering::Relaxed), 2);
+        assert!(tally.lock().seen.is_empty(), "no ids kept");
+        Ok(())
+    }
 }
