@@ -73,6 +73,8 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/common.sh
+source scripts/common.sh
 
 for tool in cargo curl; do
     command -v "$tool" >/dev/null || { echo "bench.sh: $tool is required" >&2; exit 1; }
@@ -83,7 +85,7 @@ pick_port() {
     if [[ -n "${BENCH_PORT:-}" ]]; then
         echo "$BENCH_PORT"
     elif command -v python3 >/dev/null; then
-        python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+        free_port
     else
         echo 18000
     fi
@@ -206,24 +208,6 @@ start_hookbox() {
         LOG_LEVEL="${LOG_LEVEL:-warn}" \
         "$bin_dir/hookbox" serve >>"$log" 2>&1 &
     hookbox_pid=$!
-}
-
-# `wait_ready [PID URL NAME]` (default: hookbox's) waits, polling every 10 ms, up
-# to 60 s, until GET URL/ready answers 200.
-wait_ready() {
-    local pid="${1:-$hookbox_pid}" base="${2:-$url}" name="${3:-hookbox}"
-    for _ in $(seq 1 6000); do
-        if ! kill -0 "$pid" 2>/dev/null; then
-            echo "bench.sh: $name exited during startup" >&2
-            exit 1
-        fi
-        if curl -fsS -o /dev/null --max-time 1 "$base/ready" 2>/dev/null; then
-            return 0
-        fi
-        sleep 0.01
-    done
-    echo "bench.sh: $name did not become ready at $base/ready within 60s" >&2
-    exit 1
 }
 
 # `rss FIELD`: hookbox's VmRSS or VmHWM in MB.

@@ -47,6 +47,8 @@
 # log is kept in SOAK_OUT.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/common.sh
+source scripts/common.sh
 
 backend="${1:-}"
 duration_arg="${2:-1h}"
@@ -151,9 +153,6 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-pick_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 
 # PG_SERVER=private: initdb in a temporary directory, stock settings, a free port.
 start_private_pg() {
@@ -177,7 +176,7 @@ start_private_pg() {
     "${as_pg[@]}" "$pg_bin/initdb" -D "$pgdir/data" -U postgres --auth=trust -E UTF8 \
         >"$pgdir/initdb.log" 2>&1 || { cat "$pgdir/initdb.log" >&2; exit 1; }
     local port
-    port="$(pick_port)"
+    port="$(free_port)"
     "${as_pg[@]}" "$pg_bin/pg_ctl" -D "$pgdir/data" -l "$pgdir/server.log" -w \
         -o "-p $port -c listen_addresses=127.0.0.1 -k $pgdir" start >/dev/null \
         || { cat "$pgdir/server.log" >&2; exit 1; }
@@ -208,7 +207,7 @@ if [[ "$backend" == postgres ]]; then
     max_wal_bytes="$(sql postgres "SELECT setting::bigint * 1024 * 1024 FROM pg_settings WHERE name = 'max_wal_size'")"
 fi
 
-port="$(pick_port)"
+port="$(free_port)"
 url="http://127.0.0.1:$port"
 db=""
 
@@ -237,13 +236,7 @@ start_hookbox() {
         LOG_LEVEL="${LOG_LEVEL:-warn}" \
         "$workdir/hookbox" serve >>"$log" 2>&1 &
     hookbox_pid=$!
-    for _ in $(seq 1 600); do
-        kill -0 "$hookbox_pid" 2>/dev/null || { echo "soak.sh: hookbox exited during startup" >&2; exit 1; }
-        curl -fsS -o /dev/null --max-time 1 "$url/ready" 2>/dev/null && return 0
-        sleep 0.1
-    done
-    echo "soak.sh: hookbox did not become ready within 60 s" >&2
-    exit 1
+    wait_ready
 }
 
 # `accepted_rate OUTPUT`: 2xx answers per second from `loadgen ingest`'s table.
