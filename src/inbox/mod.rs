@@ -598,8 +598,11 @@ impl Inbox {
         let change = write(self.0.store.clone());
         let (inbox, name) = (self.clone(), name.to_owned());
         detached(async move {
-            let outcome = change.await?;
+            // Held from before the write, so that the follower, woken by this
+            // very change's NOTIFY, cannot read everything between the write
+            // and the reading back of its one subscriber.
             let _one_at_a_time = inbox.0.reloading.lock().await;
+            let outcome = change.await?;
             let (now, version) = inbox.0.store.subscriber_routing(&name).await?;
             let registry = &inbox.0.registry;
             if !registry
