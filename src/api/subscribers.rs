@@ -133,24 +133,23 @@ pub(crate) struct Subscribers {
     pub next_cursor: Option<String>,
 }
 
-/// The page of `all` after the name `after` (by name, in byte order whatever the
-/// database's collation), at most `limit` long, and the cursor of the next page.
-pub(crate) fn page_of(
-    mut all: Vec<Subscriber>,
+/// The page of subscribers after the name `after` (by name, in byte order whatever
+/// the database's collation), at most `limit` long, and the cursor of the next
+/// page; one page read, not every subscriber.
+pub(crate) async fn page_of(
+    store: &dyn Store,
     after: Option<&str>,
-    limit: usize,
-) -> (Vec<Subscriber>, Option<String>) {
-    all.sort_unstable_by(|a, b| a.name.cmp(&b.name));
-    let mut page: Vec<Subscriber> = all
-        .into_iter()
-        .filter(|s| after.is_none_or(|a| s.name.as_str() > a))
-        .take(limit.saturating_add(1))
-        .collect();
+    limit: u32,
+) -> Result<(Vec<Subscriber>, Option<String>), StoreError> {
+    let mut page = store
+        .subscribers_page(after, limit.saturating_add(1))
+        .await?;
+    let limit = limit as usize;
     let next = (page.len() > limit).then(|| {
         page.truncate(limit);
         page.last().map(|s| s.name.clone())
     });
-    (page, next.flatten())
+    Ok((page, next.flatten()))
 }
 
 fn view(s: &Subscriber) -> SubscriberView {
@@ -210,11 +209,18 @@ fn taken(name: &str) -> Problem {
 
 /// Runs a change to the stored subscribers through the inbox, which reloads the
 /// routing table after the commit even if the client hangs up.
-async fn change<F>(inbox: &Inbox, write: impl FnOnce(Arc<dyn Store>) -> F) -> Result<bool, Problem>
+async fn change<F>(
+    inbox: &Inbox,
+    name: &str,
+    write: impl FnOnce(Arc<dyn Store>) -> F,
+) -> Result<bool, Problem>
 where
     F: Future<Output = Result<bool, StoreError>> + Send + 'static,
 {
-    inbox.change_subscribers(write).await.map_err(Problem::from)
+    inbox
+        .change_subscribers(name, write)
+        .await
+        .map_err(Problem::from)
 }
 
 /// `POST /subscribers` → 201.
@@ -260,7 +266,7 @@ pub(crate) async fn create(
         return Err(taken(&s.name));
     }
     let stored = s.clone();
-    if !change(&inbox, |store| async move {
+    if !change(&inbox, &s.name, |store| async move {
         store.insert_subscriber(stored).await
     })
     .await?
@@ -292,17 +298,17 @@ pub(crate) async fn list(
     State(store): State<Arc<dyn Store>>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Response, Problem> {
-    let limit = crate::api::status::page_limit(&params)? as usize;
-    let all = store.subscribers().await?;
-    let (page, next_cursor) = page_of(all, params.get("cursor").map(String::as_str), limit);
+    let limit = crate::api::status::page_limit(&params)?;
+    let cursor = params.get("cursor").map(String::as_str);
+    let (page, next_cursor) = page_of(&*store, cursor, limit).await?;
     let items: Vec<_> = page.iter().map(view).collect();
     Ok(Json(Subscribers { items, next_cursor }).into_response())
 }
 
 async fn find(store: &dyn Store, name: &str) -> Result<Subscriber, Problem> {
-    let all = store.subscribers().await?;
-    all.into_iter()
-        .find(|s| s.name == name)
+    store
+        .subscriber(name)
+        .await?
         .ok_or_else(|| Problem::not_found("subscriber"))
 }
 
@@ -386,7 +392,7 @@ pub(crate) async fn patch(
     s.updated_at = Timestamp::now();
     validate(&registry, &s)?;
     let stored = s.clone();
-    if !change(&inbox, |store| async move {
+    if !change(&inbox, &s.name, |store| async move {
         store.update_subscriber(stored).await
     })
     .await?
@@ -413,7 +419,7 @@ pub(crate) async fn delete(
     Path(name): Path<String>,
 ) -> Result<Response, Problem> {
     let deleted = name.clone();
-    if !change(&inbox, |store| async move {
+    if !change(&inbox, &name, |store| async move {
         store.delete_subscriber(&deleted).await
     })
     .await?

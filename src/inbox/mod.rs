@@ -584,25 +584,36 @@ impl Inbox {
         }
     }
 
-    /// Runs `write` (a change to the stored subscribers) and then rebuilds the
-    /// routing table from what is stored, so a committed change is routed at once.
-    pub async fn change_subscribers<T, W, F>(&self, write: W) -> Result<T, InboxError>
+    /// Runs `write` (a change to the stored subscriber `name`) and then brings
+    /// the routing table up to what is stored, so a committed change is routed at
+    /// once: that one subscriber is read again and its route replaced
+    /// ([`LiveRegistry::apply`](crate::registry::live::LiveRegistry::apply)), or,
+    /// when another instance changed the subscribers meanwhile, all are read again.
+    pub async fn change_subscribers<T, W, F>(&self, name: &str, write: W) -> Result<T, InboxError>
     where
         T: Send + 'static,
         W: FnOnce(Arc<dyn Store>) -> F,
         F: Future<Output = Result<T, StoreError>> + Send + 'static,
     {
         let change = write(self.0.store.clone());
-        let inbox = self.clone();
+        let (inbox, name) = (self.clone(), name.to_owned());
         detached(async move {
-            let outcome = change.await?;
+            // Held from before the write, so that the follower, woken by this
+            // very change's NOTIFY, cannot read everything between the write
+            // and the reading back of its one subscriber.
             let _one_at_a_time = inbox.0.reloading.lock().await;
-            let (all, version) = inbox.0.store.routing().await?;
-            inbox
-                .0
-                .registry
-                .reload_at(all, version)
-                .map_err(InboxError::Routing)?;
+            let outcome = change.await?;
+            let (now, version) = inbox.0.store.subscriber_routing(&name).await?;
+            let registry = &inbox.0.registry;
+            if !registry
+                .apply(&name, now, version)
+                .map_err(InboxError::Routing)?
+            {
+                let (all, version) = inbox.0.store.routing().await?;
+                registry
+                    .reload_at(all, version)
+                    .map_err(InboxError::Routing)?;
+            }
             Ok(outcome)
         })
         .await
@@ -629,6 +640,17 @@ impl Inbox {
             // Under the lock of local changes, so that an older reading never
             // replaces a newer one installed meanwhile.
             let _one_at_a_time = self.0.reloading.lock().await;
+            // The version alone first: a table built from the stored version is
+            // current, and reading every subscriber each second would cost as
+            // much as they are many.
+            match self.0.store.routing_version().await {
+                Ok(stored) if stored == self.0.registry.versioned().1 => continue,
+                Ok(_) => {}
+                Err(e) => {
+                    warn!(error = %e, "could not read the subscribers' version");
+                    continue;
+                }
+            }
             match self.0.store.routing().await {
                 Ok((now, version)) => {
                     if let Err(e) = self.0.registry.reload_if_changed(now, version) {

@@ -32,15 +32,20 @@ fn invalid(field: &'static str, message: impl Into<String>) -> SubscriberError {
     }
 }
 
+/// A subscriber as the table was built from it, with its route (`None`: it did
+/// not validate).
+type Installed = (Subscriber, Option<Arc<Route>>);
+
 /// The current routing table, swapped whole when subscribers change.
 pub struct LiveRegistry {
-    manifests: Vec<Route>,
+    /// The manifests' routes alone: what every table starts from.
+    manifests: Registry,
     /// The table and the version of the stored subscribers it was built from.
     current: RwLock<(Arc<Registry>, u64)>,
     /// The subscribers `current` was built from, by name, each with its route
     /// (`None`: it did not validate): what a follower compares with, and what a
     /// rebuild reuses for the subscribers that did not change.
-    installed: std::sync::Mutex<HashMap<String, (Subscriber, Option<Route>)>>,
+    installed: std::sync::Mutex<HashMap<String, Installed>>,
     client: reqwest::Client,
     guard: Arc<TargetGuard>,
     policy: Policy,
@@ -54,10 +59,9 @@ impl LiveRegistry {
         guard: Arc<TargetGuard>,
         policy: Policy,
     ) -> Self {
-        let routes = manifests.routes().to_vec();
         Self {
-            manifests: routes,
-            current: RwLock::new((Arc::new(manifests), 0)),
+            current: RwLock::new((Arc::new(manifests.clone()), 0)),
+            manifests,
             installed: std::sync::Mutex::new(HashMap::new()),
             client,
             guard,
@@ -81,7 +85,7 @@ impl LiveRegistry {
 
     /// True when a manifest handler has this name.
     pub fn is_manifest(&self, name: &str) -> bool {
-        self.manifests.iter().any(|r| r.name == name)
+        self.manifests.get(name).is_some()
     }
 
     /// Rebuilds the table from the manifests and these subscribers. A subscriber
@@ -100,31 +104,25 @@ impl LiveRegistry {
         subscribers: Vec<Subscriber>,
         version: u64,
     ) -> Result<(), RegistryError> {
-        let mut routes = self.manifests.clone();
         let mut installed = self.installed.lock().unwrap_or_else(|e| e.into_inner());
         let mut before = std::mem::take(&mut *installed);
         let mut built = HashMap::with_capacity(subscribers.len());
+        let mut routes = Vec::with_capacity(subscribers.len());
         for s in subscribers {
             let (name, (s, route)) = match before.remove_entry(&s.name) {
                 Some((name, (prev, route))) if prev == s => (name, (prev, route)),
                 _ => {
-                    let route = self
-                        .route_of(&s)
-                        .inspect_err(|e| {
-                            tracing::warn!(subscriber = %s.name, error = %e, "subscriber skipped")
-                        })
-                        .ok();
+                    let route = self.checked_route(&s);
                     (s.name.clone(), (s, route))
                 }
             };
             routes.extend(route.iter().cloned());
             built.insert(name, (s, route));
         }
-        match Registry::new(routes) {
+        match self.manifests.with_subscribers(routes) {
             Ok(registry) => {
                 *installed = built;
-                *self.current.write().unwrap_or_else(|e| e.into_inner()) =
-                    (Arc::new(registry), version);
+                self.install(registry, version);
                 Ok(())
             }
             Err(e) => {
@@ -134,6 +132,67 @@ impl LiveRegistry {
                 Err(e)
             }
         }
+    }
+
+    /// Applies one change to the table: the subscriber `name` is now `now`
+    /// (`None`: deleted), as the stored subscribers at `version` have it. Costs
+    /// that one subscriber's route, whatever the number of the others. Returns
+    /// false, changing nothing, when the table cannot be brought to `version` by
+    /// that change alone — another change (another instance's) came between —
+    /// and then the caller reloads all ([`Self::reload_at`]).
+    ///
+    /// On a shared store, `version` must be one after the table's and `name`
+    /// must differ from the table's copy: then the one statement between them was
+    /// the change to `name`. Version 0 is a store that one instance owns (its
+    /// versions never change): every change there passes through this instance,
+    /// so the name's stored state is all that can differ for it.
+    pub fn apply(
+        &self,
+        name: &str,
+        now: Option<Subscriber>,
+        version: u64,
+    ) -> Result<bool, RegistryError> {
+        let mut installed = self.installed.lock().unwrap_or_else(|e| e.into_inner());
+        let (table, at) = self.versioned();
+        if version != 0 && version == at {
+            // Read after the table was built from this very version: in it.
+            return Ok(true);
+        }
+        let unchanged = match (&now, installed.get(name)) {
+            (Some(s), Some((i, _))) => s == i,
+            (None, None) => true,
+            _ => false,
+        };
+        if version == 0 && unchanged {
+            return Ok(true);
+        }
+        // One statement since the table's version, and `name` differs from the
+        // table: that statement was the change to `name`. (When `name` is as the
+        // table has it, the one statement was another name's — ours was in the
+        // table already — and only reading everything catches it up.)
+        if version != 0 && (version != at + 1 || unchanged) {
+            return Ok(false);
+        }
+        let route = now.as_ref().and_then(|s| self.checked_route(s));
+        self.install(table.with_subscriber(name, route.clone())?, version);
+        match now {
+            Some(s) => installed.insert(name.to_owned(), (s, route)),
+            None => installed.remove(name),
+        };
+        Ok(true)
+    }
+
+    /// A subscriber's route, shared; `None` (said in the log) when it no longer
+    /// validates (say, `ALLOWED_TARGETS` changed).
+    fn checked_route(&self, s: &Subscriber) -> Option<Arc<Route>> {
+        self.route_of(s)
+            .inspect_err(|e| tracing::warn!(subscriber = %s.name, error = %e, "subscriber skipped"))
+            .ok()
+            .map(Arc::new)
+    }
+
+    fn install(&self, table: Registry, version: u64) {
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = (Arc::new(table), version);
     }
 
     /// Rebuilds the table from `subscribers` unless it was built from exactly
@@ -238,5 +297,124 @@ impl LiveRegistry {
             filter,
             http: Some(target),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Timestamp;
+
+    fn live() -> LiveRegistry {
+        let guard = Arc::new(TargetGuard::new(vec!["127.0.0.0/8".parse().expect("net")]));
+        let manifests = Registry::builder()
+            .route("audit.*", crate::registry::handler_fn(|_| async { Ok(()) }))
+            .build()
+            .expect("manifests");
+        let client = http::client(guard.clone()).expect("client");
+        LiveRegistry::new(manifests, client, guard, crate::registry::default_policy())
+    }
+
+    fn subscriber(name: &str, event_type: &str) -> Subscriber {
+        Subscriber {
+            name: name.into(),
+            event_types: vec![event_type.into()],
+            url: format!("http://127.0.0.1:9/{name}"),
+            secret: None,
+            ordering_key: None,
+            max_attempts: None,
+            backoff: None,
+            max_in_flight: None,
+            rate_limit: None,
+            disable_after: None,
+            filter: None,
+            transform: None,
+            active: true,
+            created_at: Timestamp::now(),
+            updated_at: Timestamp::now(),
+        }
+    }
+
+    /// Each route's name and what it reaches, in the table's order.
+    fn table(live: &LiveRegistry) -> Vec<(String, String)> {
+        live.current()
+            .routes()
+            .iter()
+            .map(|r| (r.name.clone(), r.target.clone()))
+            .collect()
+    }
+
+    /// One change at a time gives the table that reading everything gives.
+    #[test]
+    fn applied_changes_make_the_table_a_reload_makes() {
+        let (one, all) = (live(), live());
+        let mut stored = Vec::new();
+        for name in ["m", "b", "z", "a"] {
+            let s = subscriber(name, "order.created");
+            assert!(one.apply(name, Some(s.clone()), 0).expect("apply"));
+            stored.push(s);
+        }
+        let mut changed = subscriber("b", "order.paid");
+        changed.url = "http://127.0.0.1:9/elsewhere".into();
+        assert!(one.apply("b", Some(changed.clone()), 0).expect("apply"));
+        stored[1] = changed;
+        assert!(one.apply("z", None, 0).expect("apply"));
+        stored.remove(2);
+        assert!(one.apply("nobody", None, 0).expect("apply"));
+        all.reload_at(stored, 0).expect("reload");
+        assert_eq!(table(&one), table(&all));
+        let names: Vec<_> = table(&one).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["audit.*", "a", "b", "m"]);
+        let routes = one.current();
+        assert!(routes.get("b").expect("b").matches("order.paid"));
+        assert!(routes.get("z").is_none());
+        assert!(routes.get("audit.*").is_some());
+    }
+
+    /// A change that is not the only one since the table's version is refused
+    /// (the caller reads everything); one the table already has is a no-op.
+    #[test]
+    fn a_gap_in_the_versions_asks_for_a_reload() {
+        let live = live();
+        live.reload_at(vec![subscriber("a", "x")], 4)
+            .expect("reload");
+        let before = table(&live);
+        assert!(
+            !live
+                .apply("b", Some(subscriber("b", "x")), 6)
+                .expect("apply")
+        );
+        assert_eq!((table(&live), live.versioned().1), (before.clone(), 4));
+        assert!(
+            live.apply("a", Some(subscriber("a", "x")), 4)
+                .expect("apply")
+        );
+        assert_eq!((table(&live), live.versioned().1), (before, 4));
+        assert!(
+            live.apply("b", Some(subscriber("b", "x")), 5)
+                .expect("apply")
+        );
+        assert_eq!(live.versioned().1, 5);
+        assert!(live.current().get("b").is_some());
+        // "b" as the table has it, one version later: the change was another
+        // subscriber's, which only reading everything finds.
+        let b = live.installed.lock().expect("installed")["b"].0.clone();
+        assert!(!live.apply("b", Some(b), 6).expect("apply"));
+        assert_eq!(live.versioned().1, 5);
+        assert!(!live.apply("nobody", None, 6).expect("apply"));
+    }
+
+    /// A subscriber cannot take a manifest handler's name, and one that no
+    /// longer validates is left out of the table but remembered.
+    #[test]
+    fn manifest_names_and_invalid_subscribers() {
+        let live = live();
+        let taken = live.apply("audit.*", Some(subscriber("audit.*", "x")), 0);
+        assert!(matches!(taken, Err(RegistryError::DuplicateName(_))));
+        let mut outside = subscriber("far", "x");
+        outside.url = "http://10.0.0.1/".into();
+        assert!(live.apply("far", Some(outside.clone()), 0).expect("apply"));
+        assert!(live.current().get("far").is_none());
+        assert!(!live.reload_if_changed(vec![outside], 0).expect("same"));
     }
 }

@@ -107,10 +107,15 @@ pub enum RegistryError {
     DuplicateName(String),
 }
 
-/// The routing table.
+/// The routing table: the routes fixed at startup (manifests, Rust handlers) in
+/// registration order, then the subscribers' routes by name. Each route is shared,
+/// so a copy with one subscriber changed ([`Registry::with_subscriber`]) copies
+/// pointers and builds nothing.
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
-    routes: Vec<Route>,
+    routes: Vec<Arc<Route>>,
+    /// How many of `routes` are fixed; the rest are subscribers', sorted by name.
+    fixed: usize,
 }
 
 impl Registry {
@@ -123,7 +128,8 @@ impl Registry {
         }
     }
 
-    /// A registry of these routes; names must be unique.
+    /// A registry of these routes (fixed: no subscribers yet); names must be
+    /// unique.
     pub fn new(routes: Vec<Route>) -> Result<Self, RegistryError> {
         let mut names = HashSet::new();
         for r in &routes {
@@ -131,17 +137,92 @@ impl Registry {
                 return Err(RegistryError::DuplicateName(r.name.clone()));
             }
         }
-        Ok(Self { routes })
+        Ok(Self {
+            fixed: routes.len(),
+            routes: routes.into_iter().map(Arc::new).collect(),
+        })
     }
 
-    /// The routes, in registration order.
-    pub fn routes(&self) -> &[Route] {
+    /// The fixed routes in registration order, then the subscribers' by name.
+    pub fn routes(&self) -> &[Arc<Route>] {
         &self.routes
     }
 
     /// The route of a handler name.
     pub fn get(&self, name: &str) -> Option<&Route> {
-        self.routes.iter().find(|r| r.name == name)
+        match self.subscriber_index(name) {
+            Ok(at) => Some(&*self.routes[self.fixed + at]),
+            Err(_) => self.fixed().iter().find(|r| r.name == name).map(|r| &**r),
+        }
+    }
+
+    /// This table's fixed routes with `subscribers`' routes instead of the ones it
+    /// has; a name taken twice (or by a fixed route) is an error.
+    ///
+    /// ```
+    /// # use hookbox::registry::Registry;
+    /// let empty = Registry::builder().build()?;
+    /// assert!(empty.with_subscribers(Vec::new())?.routes().is_empty());
+    /// # Ok::<(), hookbox::registry::RegistryError>(())
+    /// ```
+    pub fn with_subscribers(
+        &self,
+        mut subscribers: Vec<Arc<Route>>,
+    ) -> Result<Self, RegistryError> {
+        subscribers.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        if let Some(pair) = subscribers.windows(2).find(|w| w[0].name == w[1].name) {
+            return Err(RegistryError::DuplicateName(pair[0].name.clone()));
+        }
+        if let Some(r) = subscribers.iter().find(|r| self.is_fixed(&r.name)) {
+            return Err(RegistryError::DuplicateName(r.name.clone()));
+        }
+        let mut routes = Vec::with_capacity(self.fixed + subscribers.len());
+        routes.extend_from_slice(self.fixed());
+        routes.extend(subscribers);
+        Ok(Self {
+            routes,
+            fixed: self.fixed,
+        })
+    }
+
+    /// A copy with the subscriber `name`'s route replaced by `route` (`None`:
+    /// removed): one change, whatever the number of subscribers, costs a copy of
+    /// the pointers and nothing else. `name` must not be a fixed route's.
+    pub fn with_subscriber(
+        &self,
+        name: &str,
+        route: Option<Arc<Route>>,
+    ) -> Result<Self, RegistryError> {
+        debug_assert!(route.as_ref().is_none_or(|r| r.name == name));
+        if self.is_fixed(name) {
+            return Err(RegistryError::DuplicateName(name.to_owned()));
+        }
+        let mut routes = self.routes.clone();
+        match (self.subscriber_index(name), route) {
+            (Ok(at), Some(route)) => routes[self.fixed + at] = route,
+            (Ok(at), None) => {
+                routes.remove(self.fixed + at);
+            }
+            (Err(at), Some(route)) => routes.insert(self.fixed + at, route),
+            (Err(_), None) => {}
+        }
+        Ok(Self {
+            routes,
+            fixed: self.fixed,
+        })
+    }
+
+    fn fixed(&self) -> &[Arc<Route>] {
+        &self.routes[..self.fixed]
+    }
+
+    fn is_fixed(&self, name: &str) -> bool {
+        self.fixed().iter().any(|r| r.name == name)
+    }
+
+    /// Where `name` is (or would go) among the subscribers' routes.
+    fn subscriber_index(&self, name: &str) -> Result<usize, usize> {
+        self.routes[self.fixed..].binary_search_by(|r| r.name.as_str().cmp(name))
     }
 
     /// True when some handler receives `event_type`.
@@ -366,7 +447,7 @@ mod tests {
             .named("exact", &["order.created"], ok())
             .build()
             .expect("valid");
-        r.routes[0].ordering_key = Some("/customer/id".into());
+        Arc::make_mut(&mut r.routes[0]).ordering_key = Some("/customer/id".into());
         let payload = r#"{"customer":{"id":42}}"#;
         let d = r.deliveries("invoice.paid", None, payload);
         let names: Vec<&str> = d.iter().map(|d| d.handler.as_str()).collect();
@@ -386,7 +467,7 @@ mod tests {
             .named("off", &["off.*"], ok())
             .build()
             .expect("valid");
-        r.routes[3].active = false;
+        Arc::make_mut(&mut r.routes[3]).active = false;
         assert_eq!(r.event_type_label("github.push"), "github.push");
         assert_eq!(r.event_type_label("github.ping"), "github.*");
         assert_eq!(

@@ -427,10 +427,43 @@ async fn subscribers(b: &Backend) {
     assert!(!b.store.update_subscriber(unknown).await.expect("update"));
     let listed = b.store.subscribers().await.expect("list");
     assert_eq!(listed.get(1), Some(&s), "{}", b.name);
+    assert_eq!(
+        b.store.subscriber("billing").await.expect("one"),
+        Some(s.clone())
+    );
+    assert_eq!(b.store.subscriber("nobody").await.expect("one"), None);
+    pages(b, &[minimal.clone(), s.clone()]).await;
 
     assert!(b.store.delete_subscriber("billing").await.expect("delete"));
     assert!(!b.store.delete_subscriber("billing").await.expect("delete"));
     assert_eq!(b.store.subscribers().await.expect("list"), [minimal]);
+}
+
+/// Pages of subscribers: byte order whatever the database's collation (`Zed`
+/// before `audit`; `billing` and `audit` are `stored`), a page after a name holds
+/// only names after it, and no page holds more than asked.
+async fn pages(b: &Backend, stored: &[Subscriber]) {
+    let upper = subscriber("Zed", "http://127.0.0.1:9/zed");
+    assert!(
+        b.store
+            .insert_subscriber(upper.clone())
+            .await
+            .expect("insert")
+    );
+    let names = |page: Vec<Subscriber>| page.into_iter().map(|s| s.name).collect::<Vec<_>>();
+    let all = b.store.subscribers_page(None, 10).await.expect("page");
+    assert_eq!(names(all), ["Zed", "audit", "billing"], "{}", b.name);
+    let first = b.store.subscribers_page(None, 2).await.expect("page");
+    assert_eq!(names(first), ["Zed", "audit"], "{}", b.name);
+    let rest = b
+        .store
+        .subscribers_page(Some("audit"), 2)
+        .await
+        .expect("page");
+    assert_eq!(rest, stored[1..], "{}", b.name);
+    let after_last = b.store.subscribers_page(Some("billing"), 2).await;
+    assert!(after_last.expect("page").is_empty(), "{}", b.name);
+    assert!(b.store.delete_subscriber("Zed").await.expect("delete"));
 }
 
 /// The recent keys: the SQLite store answers a committed key from memory as the

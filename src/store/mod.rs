@@ -205,11 +205,34 @@ pub(crate) mod sql {
     /// Whether an event exists; bind: id.
     pub(crate) const EVENT_EXISTS: &str = "SELECT 1 FROM events WHERE id = $1";
 
+    /// The columns of a subscriber row, as [`crate::store::rows`] decodes them.
+    macro_rules! subscriber_columns {
+        () => {
+            "SELECT name, event_types, url, secret, ordering_key, max_attempts, backoff, \
+             active, created_at, updated_at, max_in_flight, rate_limit, disable_after, \
+             filter, transform, secret_key_id FROM subscribers"
+        };
+    }
+
     /// Every subscriber, by name.
-    pub(crate) const SELECT_SUBSCRIBERS: &str = "SELECT name, event_types, url, secret, \
-        ordering_key, max_attempts, backoff, active, created_at, updated_at, \
-        max_in_flight, rate_limit, disable_after, filter, transform, secret_key_id \
-        FROM subscribers ORDER BY name";
+    pub(crate) const SELECT_SUBSCRIBERS: &str = concat!(subscriber_columns!(), " ORDER BY name");
+
+    /// One subscriber; bind: name.
+    pub(crate) const SELECT_SUBSCRIBER: &str = concat!(subscriber_columns!(), " WHERE name = $1");
+
+    /// A page of subscribers by name in byte order (SQLite's own), after a name
+    /// (`''` for the first page); binds: after, limit.
+    pub(crate) const SUBSCRIBERS_PAGE: &str = concat!(
+        subscriber_columns!(),
+        " WHERE name > $1 ORDER BY name LIMIT $2"
+    );
+
+    /// [`SUBSCRIBERS_PAGE`] on PostgreSQL: byte order whatever the database's
+    /// collation (the index of migration 0023 serves it).
+    pub(crate) const SUBSCRIBERS_PAGE_PG: &str = concat!(
+        subscriber_columns!(),
+        " WHERE name COLLATE \"C\" > $1 ORDER BY name COLLATE \"C\" LIMIT $2"
+    );
 }
 
 /// What [`Store::erase`] did.
@@ -510,6 +533,33 @@ pub trait Store: Send + Sync + 'static {
     /// database that several instances share; one instance's store answers 0.
     async fn routing(&self) -> Result<(Vec<Subscriber>, u64), StoreError> {
         Ok((self.subscribers().await?, 0))
+    }
+
+    /// The subscriber of this name, if there is one.
+    async fn subscriber(&self, name: &str) -> Result<Option<Subscriber>, StoreError>;
+
+    /// At most `limit` subscribers whose names sort after `after` (`None`: from the
+    /// first), by name — a page of `GET /subscribers` without reading the rest.
+    async fn subscribers_page(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Subscriber>, StoreError>;
+
+    /// The version of the stored subscribers alone (see [`Store::routing`]).
+    async fn routing_version(&self) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+
+    /// The subscriber of this name (if any) with the version of the stored
+    /// subscribers it is part of, read together: what one change to the routing
+    /// table needs ([`crate::registry::live::LiveRegistry::apply`]). One instance's
+    /// store answers version 0, as [`Store::routing`] does.
+    async fn subscriber_routing(
+        &self,
+        name: &str,
+    ) -> Result<(Option<Subscriber>, u64), StoreError> {
+        Ok((self.subscriber(name).await?, 0))
     }
 
     /// Notified when another instance may have changed the subscribers (a

@@ -80,7 +80,7 @@ pub(crate) fn items(text: &str) -> Vec<String> {
 }
 
 /// Subscribers on one page of the console.
-const PAGE: usize = 100;
+const PAGE: u32 = 100;
 
 /// `GET /console/subscribers` (`?cursor=`: the page after that name).
 pub(crate) async fn list(
@@ -89,8 +89,9 @@ pub(crate) async fn list(
     Query(params): Query<std::collections::HashMap<String, String>>,
 ) -> Response {
     let after = params.get("cursor").map(String::as_str);
-    let (subscribers, next) = match console.app.store.subscribers().await {
-        Ok(all) => crate::api::subscribers::page_of(all, after, PAGE),
+    let page = crate::api::subscribers::page_of(&*console.app.store, after, PAGE).await;
+    let (subscribers, next) = match page {
+        Ok(page) => page,
         Err(e) => {
             let why = format!("the database did not answer: {e}");
             return super::problem(

@@ -262,6 +262,9 @@ WITH e AS (
 )
 SELECT e.*, (SELECT count(*) FROM d) AS deliveries FROM e";
 
+/// The version of the stored subscribers (migration 0009).
+const ROUTING_VERSION: &str = "SELECT version FROM hookbox_routing WHERE id = 1";
+
 #[async_trait]
 impl Store for PgStore {
     /// Group-committed with whatever other events are waiting (`intake.rs`).
@@ -556,13 +559,7 @@ impl Store for PgStore {
 
     /// The subscribers and their version (migration 0009), read in one snapshot.
     async fn routing(&self) -> Result<(Vec<Subscriber>, u64), StoreError> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            .execute(&mut *tx)
-            .await?;
-        let version: i64 = sqlx::query_scalar("SELECT version FROM hookbox_routing WHERE id = 1")
-            .fetch_one(&mut *tx)
-            .await?;
+        let (mut tx, version) = self.routing_snapshot().await?;
         let subscribers = sqlx::query(crate::store::sql::SELECT_SUBSCRIBERS)
             .fetch_all(&mut *tx)
             .await?
@@ -570,7 +567,54 @@ impl Store for PgStore {
             .map(|row| rows::subscriber(row, &self.keys))
             .collect::<Result<Vec<_>, _>>()?;
         tx.commit().await?;
-        Ok((subscribers, u64::try_from(version).unwrap_or(0)))
+        Ok((subscribers, version))
+    }
+
+    async fn routing_version(&self) -> Result<u64, StoreError> {
+        let version: i64 = sqlx::query_scalar(ROUTING_VERSION)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(u64::try_from(version).unwrap_or(0))
+    }
+
+    async fn subscriber(&self, name: &str) -> Result<Option<Subscriber>, StoreError> {
+        sqlx::query(crate::store::sql::SELECT_SUBSCRIBER)
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?
+            .map(|row| rows::subscriber(&row, &self.keys))
+            .transpose()
+    }
+
+    async fn subscribers_page(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Subscriber>, StoreError> {
+        sqlx::query(crate::store::sql::SUBSCRIBERS_PAGE_PG)
+            .bind(after.unwrap_or(""))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|row| rows::subscriber(row, &self.keys))
+            .collect()
+    }
+
+    /// The subscriber and the version (migration 0009), read in one snapshot.
+    async fn subscriber_routing(
+        &self,
+        name: &str,
+    ) -> Result<(Option<Subscriber>, u64), StoreError> {
+        let (mut tx, version) = self.routing_snapshot().await?;
+        let subscriber = sqlx::query(crate::store::sql::SELECT_SUBSCRIBER)
+            .bind(name)
+            .fetch_optional(&mut *tx)
+            .await?
+            .map(|row| rows::subscriber(&row, &self.keys))
+            .transpose()?;
+        tx.commit().await?;
+        Ok((subscriber, version))
     }
 
     fn subscriber_changes(&self) -> Option<Arc<Notify>> {
@@ -619,6 +663,21 @@ impl Store for PgStore {
 impl PgStore {
     /// Inserts (or, with `replace`, updates) a subscriber; false when the name is
     /// taken (insert) or unknown (update).
+    /// A read-only snapshot of the subscribers and their version (migration 0009),
+    /// so that what is read next is exactly what that version names.
+    async fn routing_snapshot(
+        &self,
+    ) -> Result<(sqlx::Transaction<'_, sqlx::Postgres>, u64), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .execute(&mut *tx)
+            .await?;
+        let version: i64 = sqlx::query_scalar(ROUTING_VERSION)
+            .fetch_one(&mut *tx)
+            .await?;
+        Ok((tx, u64::try_from(version).unwrap_or(0)))
+    }
+
     async fn save_subscriber(&self, s: Subscriber, replace: bool) -> Result<bool, StoreError> {
         let (s, key_id) = super::sealed_subscriber(s, &self.keys);
         let (event_types, backoff) = super::subscriber_lists(&s)?;

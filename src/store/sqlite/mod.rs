@@ -534,6 +534,30 @@ impl Store for SqliteStore {
             .collect()
     }
 
+    async fn subscriber(&self, name: &str) -> Result<Option<Subscriber>, StoreError> {
+        sqlx::query(crate::store::sql::SELECT_SUBSCRIBER)
+            .bind(name)
+            .fetch_optional(&self.read)
+            .await?
+            .map(|row| rows::subscriber(&row, &self.keys))
+            .transpose()
+    }
+
+    async fn subscribers_page(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Subscriber>, StoreError> {
+        sqlx::query(crate::store::sql::SUBSCRIBERS_PAGE)
+            .bind(after.unwrap_or(""))
+            .bind(i64::from(limit))
+            .fetch_all(&self.read)
+            .await?
+            .iter()
+            .map(|row| rows::subscriber(row, &self.keys))
+            .collect()
+    }
+
     async fn insert_subscriber(&self, subscriber: Subscriber) -> Result<bool, StoreError> {
         let sealed = crate::store::sealed_subscriber(subscriber, &self.keys);
         self.send(|reply| {
