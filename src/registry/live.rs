@@ -163,14 +163,14 @@ impl LiveRegistry {
             (None, None) => true,
             _ => false,
         };
-        if version == 0 && unchanged {
-            return Ok(true);
+        if unchanged {
+            // Nothing to do on a store of one instance; on a shared one the
+            // statement since the table's version was another name's (ours was
+            // in the table already), which only reading everything finds.
+            return Ok(version == 0);
         }
-        // One statement since the table's version, and `name` differs from the
-        // table: that statement was the change to `name`. (When `name` is as the
-        // table has it, the one statement was another name's — ours was in the
-        // table already — and only reading everything catches it up.)
-        if version != 0 && (version != at + 1 || unchanged) {
+        if version != 0 && version != at + 1 {
+            // More than one statement since the table's version.
             return Ok(false);
         }
         let route = now.as_ref().and_then(|s| self.checked_route(s));

@@ -463,6 +463,14 @@ async fn pages(b: &Backend, stored: &[Subscriber]) {
     assert_eq!(rest, stored[1..], "{}", b.name);
     let after_last = b.store.subscribers_page(Some("billing"), 2).await;
     assert!(after_last.expect("page").is_empty(), "{}", b.name);
+    // A NUL byte (PostgreSQL's text cannot hold one) names no subscriber and
+    // errs nowhere: a cursor with one pages as the names before it.
+    let cut = b.store.subscribers_page(Some("audit\0x"), 2).await;
+    assert_eq!(cut.expect("page"), stored[1..], "{}", b.name);
+    assert_eq!(b.store.subscriber("audit\0").await.expect("one"), None);
+    let (none, _) = b.store.subscriber_routing("audit\0").await.expect("one");
+    assert_eq!(none, None, "{}", b.name);
+    assert!(!b.store.delete_subscriber("audit\0").await.expect("delete"));
     assert!(b.store.delete_subscriber("Zed").await.expect("delete"));
 }
 

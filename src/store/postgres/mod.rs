@@ -262,6 +262,13 @@ WITH e AS (
 )
 SELECT e.*, (SELECT count(*) FROM d) AS deliveries FROM e";
 
+/// A cursor (a name) up to its first NUL byte, which PostgreSQL's text cannot
+/// hold: since no stored name has one, the names after the cut are the names
+/// after the whole cursor.
+fn before_nul(cursor: &str) -> &str {
+    cursor.split('\0').next().unwrap_or_default()
+}
+
 /// The version of the stored subscribers (migration 0009).
 const ROUTING_VERSION: &str = "SELECT version FROM hookbox_routing WHERE id = 1";
 
@@ -578,6 +585,9 @@ impl Store for PgStore {
     }
 
     async fn subscriber(&self, name: &str) -> Result<Option<Subscriber>, StoreError> {
+        if name.contains('\0') {
+            return Ok(None); // no stored name has one (PostgreSQL's text cannot)
+        }
         sqlx::query(crate::store::sql::SELECT_SUBSCRIBER)
             .bind(name)
             .fetch_optional(&self.pool)
@@ -592,7 +602,7 @@ impl Store for PgStore {
         limit: u32,
     ) -> Result<Vec<Subscriber>, StoreError> {
         sqlx::query(crate::store::sql::SUBSCRIBERS_PAGE_PG)
-            .bind(after.unwrap_or(""))
+            .bind(before_nul(after.unwrap_or("")))
             .bind(i64::from(limit))
             .fetch_all(&self.pool)
             .await?
@@ -606,6 +616,9 @@ impl Store for PgStore {
         &self,
         name: &str,
     ) -> Result<(Option<Subscriber>, u64), StoreError> {
+        if name.contains('\0') {
+            return Ok((None, self.routing_version().await?));
+        }
         let (mut tx, version) = self.routing_snapshot().await?;
         let subscriber = sqlx::query(crate::store::sql::SELECT_SUBSCRIBER)
             .bind(name)
@@ -631,6 +644,9 @@ impl Store for PgStore {
     }
 
     async fn delete_subscriber(&self, name: &str) -> Result<bool, StoreError> {
+        if name.contains('\0') {
+            return Ok(false); // no stored name has one (PostgreSQL's text cannot)
+        }
         let done = sqlx::query("DELETE FROM subscribers WHERE name = $1")
             .bind(name)
             .execute(&self.pool)
