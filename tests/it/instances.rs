@@ -11,15 +11,18 @@ use serde_json::{Value, json};
 use crate::harness::{Db, Hookbox, eventually, exec_manifest, new_dir, post_all, post_to, script};
 
 /// A handler script in `dir` whose attempts wait until the file `go` exists, then
-/// run `then` (shell): returns `go` and the script.
+/// run `then` (shell): returns `go` and the script. An attempt of an instance
+/// killed with SIGKILL outlives it (its process group is its own); it gives up
+/// once the test's directory is gone instead of polling for ever.
 fn gated(dir: &std::path::Path, then: &str) -> (std::path::PathBuf, std::path::PathBuf) {
     let go = dir.join("go");
     let s = script(
         dir,
         "gated.sh",
         &format!(
-            "while [ ! -e {} ]; do sleep 0.05; done\n{then}",
-            go.display()
+            "while [ ! -e {go} ]; do [ -d {dir} ] || exit 1; sleep 0.05; done\n{then}",
+            go = go.display(),
+            dir = dir.display()
         ),
     );
     (go, s)
