@@ -24,8 +24,8 @@
 # CPU=1 prints the CPU time the local PostgreSQL server (every process named
 # postgres, with what the postmaster's exited backends used) and the hookbox
 # instances spent while the load ran, per event or request, and how busy the
-# machine was: steadier than throughput on a machine whose speed drifts, for
-# comparing builds.
+# machine was, and the WAL the server wrote meanwhile, per event: steadier than
+# throughput on a machine whose speed drifts, for comparing builds.
 # STATEMENTS=1 prints the top statements by total time from pg_stat_statements
 # (the server must preload it: shared_preload_libraries = 'pg_stat_statements';
 # with pg_stat_statements.track_planning = on the planning time shows too).
@@ -38,6 +38,8 @@
 # hookbox setting passes through from the environment (WORKER_COUNT, …).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/common.sh
+source scripts/common.sh
 
 mode="${1:-ingest}"
 instances="${INSTANCES:-1}"
@@ -113,7 +115,7 @@ capped_cgroup() {
 
 urls=()
 for i in $(seq 1 "$instances"); do
-    port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    port="$(free_port)"
     capped_cgroup "$i"
     DATABASE_URL="$server/$db" BIND_ADDR="127.0.0.1:$port" HANDLERS_DIR="$workdir/handlers" \
         LOG_LEVEL="${LOG_LEVEL:-warn}" CGROUP_PROCS="$procs" \
@@ -121,10 +123,7 @@ for i in $(seq 1 "$instances"); do
         "$workdir/hookbox" >"$workdir/hookbox-$i.log" 2>&1 &
     pids+=($!)
     urls+=("http://127.0.0.1:$port")
-    for _ in $(seq 1 300); do
-        curl -fsS -o /dev/null --max-time 1 "http://127.0.0.1:$port/ready" 2>/dev/null && break
-        sleep 0.1
-    done
+    wait_ready "$!" "http://127.0.0.1:$port" "instance $i"
 done
 echo "bench-pg.sh: $instances instance(s) on $server/$db: ${urls[*]}" >&2
 
@@ -154,6 +153,7 @@ machine_cpu() {
 }
 if [[ "${CPU:-0}" == 1 ]]; then
     cpu_before="$(proc_cpu postgres) $(proc_cpu hookbox) $(machine_cpu) $(date +%s.%N)"
+    lsn_before="$(psql "$server/$db" -qAt -c "SELECT pg_current_wal_lsn()")"
 fi
 
 per_conn=$(( (connections + instances - 1) / instances ))
@@ -189,19 +189,22 @@ fi
 for g in "${gens[@]}"; do wait "$g"; done
 if [[ "${CPU:-0}" == 1 ]]; then
     cpu_after="$(proc_cpu postgres) $(proc_cpu hookbox) $(machine_cpu) $(date +%s.%N)"
+    wal="$(psql "$server/$db" -qAt -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$lsn_before')::bigint")"
     done_n=0
     for i in $(seq 0 $((instances - 1))); do
         n="$(awk '$1 == "ingest" { print $4 } $1 == "e2e" { print $3 }' "$workdir/loadgen-$i.out")"
         done_n=$(( done_n + ${n:-0} ))
     done
-    python3 - $cpu_before $cpu_after "$done_n" "$(nproc)" <<'PY'
+    python3 - $cpu_before $cpu_after "$done_n" "$(nproc)" "$wal" <<'PY'
 import sys
 b, a = [float(x) for x in sys.argv[1:5]], [float(x) for x in sys.argv[5:9]]
-n, cores = max(int(sys.argv[9]), 1), int(sys.argv[10])
+n, cores, wal = max(int(sys.argv[9]), 1), int(sys.argv[10]), int(sys.argv[11])
 pg, hb, busy, wall = (y - x for x, y in zip(b, a))
 print(f"--- CPU while the load ran ({wall:.1f} s): PostgreSQL server {pg:.2f} s, "
       f"{1e6 * pg / n:.1f} us per event; hookbox {hb:.2f} s, {1e6 * hb / n:.1f} us; "
       f"everything else {busy - pg - hb:.2f} s; machine busy {100 * busy / (wall * cores):.0f} %")
+print(f"--- WAL written while the load ran (the whole server's): {wal / 1e6:.1f} MB, "
+      f"{wal / n / 1e3:.2f} KB per event")
 PY
 fi
 if [[ -n "$sampler" ]]; then

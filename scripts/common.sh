@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# Shell functions the benchmark scripts share (bench.sh, soak.sh); sourced, not run.
+# Shell functions the benchmark scripts share (bench.sh, bench-pg.sh, soak.sh,
+# bench-subscribers.sh); sourced, not run.
 
 # `free_port`: a free TCP port on 127.0.0.1.
 free_port() {

@@ -160,7 +160,8 @@ pub struct Page<T> {
 
 /// SQL that both backends run as it is (`$N` placeholders work in SQLite too).
 pub(crate) mod sql {
-    /// The numbers behind the gauges: `pending`, `dead`, `oldest`.
+    /// The numbers behind the gauges: `pending`, `dead`, `oldest` (SQLite;
+    /// PostgreSQL reads them from the deliveries, see its `stats_sql`).
     pub(crate) const STATS: &str = "SELECT \
         (SELECT COUNT(*) FROM events WHERE status IN ('pending', 'processing')) AS pending, \
         (SELECT COUNT(*) FROM deliveries WHERE status = 'failed') AS dead, \

@@ -107,6 +107,22 @@ fn backlog_sql() -> String {
     )
 }
 
+/// The counts behind [`crate::store::Stats`]: events with an unfinished delivery
+/// and the oldest of them (read through the deliveries' partial indexes, one per
+/// kind of unfinished work: no index of `events` names its status, migration
+/// 0024), and the dead letters.
+pub(super) fn stats_sql() -> String {
+    format!(
+        "WITH unfinished AS MATERIALIZED ( \
+             SELECT d.event_id, d.created_at FROM deliveries d WHERE {READY} \
+             UNION ALL SELECT d.event_id, d.created_at FROM deliveries d WHERE {RETRY} \
+             UNION ALL SELECT d.event_id, d.created_at FROM deliveries d WHERE {LEASED}) \
+         SELECT (SELECT count(DISTINCT event_id) FROM unfinished) AS pending, \
+                (SELECT count(*) FROM deliveries WHERE status = 'failed') AS dead, \
+                (SELECT min(created_at) FROM unfinished) AS oldest"
+    )
+}
+
 /// [`backlog_sql`] for the handlers of `$1` (a text array) only.
 fn backlog_of_sql() -> String {
     format!(

@@ -166,7 +166,9 @@ impl PgStore {
 
     /// The counts behind [`Store::stats`], computed now.
     async fn count(&self) -> Result<Stats, StoreError> {
-        let row = sqlx::query(super::sql::STATS).fetch_one(&self.pool).await?;
+        let row = sqlx::query(sqlx::AssertSqlSafe(claim::stats_sql()))
+            .fetch_one(&self.pool)
+            .await?;
         let count = |col: &str| -> Result<u64, StoreError> {
             let n: i64 = row.try_get(col)?;
             Ok(u64::try_from(n).unwrap_or(0))
@@ -192,9 +194,9 @@ impl PgStore {
 
 /// Deletes up to `$2` terminal events created before `$1`, oldest first, with
 /// their deliveries and attempts (one statement, so all or none; migration 0012
-/// dropped the cascading foreign keys). The ids come from the index of terminal
-/// events by creation time (migration 0003), which a batch reads only as far as
-/// its own rows; an array of them (`= ANY`) makes each delete look its rows up by
+/// dropped the cascading foreign keys). The ids come from the index of events by
+/// creation time (migration 0024), which a batch reads only as far as its own rows
+/// (and the unfinished events older than the cutoff, normally none); an array of them (`= ANY`) makes each delete look its rows up by
 /// index (`IN (SELECT …)` was planned as a hash join over the whole table).
 const PURGE: &str = "WITH doomed AS MATERIALIZED (
     SELECT id FROM events
