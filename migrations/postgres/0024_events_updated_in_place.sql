@@ -21,8 +21,9 @@
 -- - retention takes terminal events oldest first through events_created, passing
 --   over the unfinished ones older than its cutoff (normally none: they are
 --   younger than RETENTION_DAYS);
--- - the pending gauge counts events with an unfinished delivery, through the
---   deliveries' partial indexes (src/store/postgres/mod.rs, STATS).
+-- - the pending gauge counts events with an unfinished delivery, and the list of
+--   pending or processing events finds them, through the deliveries' partial
+--   indexes (src/store/postgres/claim.rs, `unfinished_sql`).
 CREATE INDEX events_created ON events (created_at);
 DROP INDEX events_active;
 DROP INDEX events_terminal_created;

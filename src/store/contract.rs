@@ -244,6 +244,16 @@ async fn listing(b: &Backend, first: &NewEvent) -> NewEvent {
     let done = b.store.list_events(&completed).await.expect("list");
     assert_eq!(done.items.len(), 1);
     assert_eq!(done.items[0].id, unrouted.id);
+    let pending = |limit, before| ListQuery {
+        status: Some(Status::Pending),
+        ..page(limit, before)
+    };
+    let unfinished = b.store.list_events(&pending(10, None)).await.expect("list");
+    let ids: Vec<Uuid> = unfinished.items.iter().map(|e| e.id).collect();
+    assert_eq!(ids, [waiting.id, first.id], "{}", b.name);
+    let older = b.store.list_events(&pending(1, Some(waiting.id))).await;
+    let ids: Vec<Uuid> = older.expect("list").items.iter().map(|e| e.id).collect();
+    assert_eq!(ids, [first.id], "{}", b.name);
     let typed = ListQuery {
         event_type: Some("other.type".into()),
         ..page(10, None)

@@ -107,19 +107,27 @@ fn backlog_sql() -> String {
     )
 }
 
+/// The unfinished deliveries' `event_id` and `created_at`, read through their
+/// partial indexes, one per kind of unfinished work (`pending` never tried,
+/// `pending` waiting to retry, `processing`): how the events not yet finished are
+/// found, since no index of `events` names its status (migration 0024).
+pub(super) fn unfinished_sql() -> String {
+    format!(
+        "SELECT d.event_id, d.created_at FROM deliveries d WHERE {READY} \
+         UNION ALL SELECT d.event_id, d.created_at FROM deliveries d WHERE {RETRY} \
+         UNION ALL SELECT d.event_id, d.created_at FROM deliveries d WHERE {LEASED}"
+    )
+}
+
 /// The counts behind [`crate::store::Stats`]: events with an unfinished delivery
-/// and the oldest of them (read through the deliveries' partial indexes, one per
-/// kind of unfinished work: no index of `events` names its status, migration
-/// 0024), and the dead letters.
+/// and the oldest of them ([`unfinished_sql`]), and the dead letters.
 pub(super) fn stats_sql() -> String {
     format!(
-        "WITH unfinished AS MATERIALIZED ( \
-             SELECT d.event_id, d.created_at FROM deliveries d WHERE {READY} \
-             UNION ALL SELECT d.event_id, d.created_at FROM deliveries d WHERE {RETRY} \
-             UNION ALL SELECT d.event_id, d.created_at FROM deliveries d WHERE {LEASED}) \
+        "WITH unfinished AS MATERIALIZED ({}) \
          SELECT (SELECT count(DISTINCT event_id) FROM unfinished) AS pending, \
                 (SELECT count(*) FROM deliveries WHERE status = 'failed') AS dead, \
-                (SELECT min(created_at) FROM unfinished) AS oldest"
+                (SELECT min(created_at) FROM unfinished) AS oldest",
+        unfinished_sql()
     )
 }
 

@@ -192,6 +192,34 @@ impl PgStore {
     }
 }
 
+/// `select` (the columns, or an `EXPLAIN` of them) from the page of events that
+/// `query` asks for, newest first, one row more than the page.
+fn list_query(select: &str, query: &ListQuery) -> QueryBuilder<Postgres> {
+    let mut qb = QueryBuilder::<Postgres>::new(format!("{select} FROM events WHERE 1=1"));
+    if let Some(status) = query.status {
+        qb.push(" AND status = ").push_bind(status.as_str());
+        if !status.is_terminal() {
+            // Found from the unfinished deliveries (no index of events names
+            // status): as many rows as the backlog, not the whole history.
+            qb.push(" AND id = ANY (ARRAY(SELECT event_id FROM (")
+                .push(claim::unfinished_sql())
+                .push(") u))");
+        }
+    }
+    if let Some(t) = &query.event_type {
+        qb.push(" AND event_type = ").push_bind(t.as_str());
+    }
+    if let Some(source) = &query.source {
+        qb.push(" AND source = ").push_bind(source.as_str());
+    }
+    if let Some(before) = query.before {
+        qb.push(" AND id < ").push_bind(before);
+    }
+    qb.push(" ORDER BY id DESC LIMIT ")
+        .push_bind(i64::from(query.limit) + 1);
+    qb
+}
+
 /// Deletes up to `$2` terminal events created before `$1`, oldest first, with
 /// their deliveries and attempts (one statement, so all or none; migration 0012
 /// dropped the cascading foreign keys). The ids come from the index of events by
@@ -314,22 +342,7 @@ impl Store for PgStore {
     }
 
     async fn list_events(&self, query: &ListQuery) -> Result<Page<EventView>, StoreError> {
-        let mut qb =
-            QueryBuilder::<Postgres>::new(format!("SELECT {EVENT_COLUMNS} FROM events WHERE 1=1"));
-        if let Some(status) = query.status {
-            qb.push(" AND status = ").push_bind(status.as_str());
-        }
-        if let Some(t) = &query.event_type {
-            qb.push(" AND event_type = ").push_bind(t.clone());
-        }
-        if let Some(source) = &query.source {
-            qb.push(" AND source = ").push_bind(source.clone());
-        }
-        if let Some(before) = query.before {
-            qb.push(" AND id < ").push_bind(before);
-        }
-        qb.push(" ORDER BY id DESC LIMIT ")
-            .push_bind(i64::from(query.limit) + 1);
+        let mut qb = list_query(&format!("SELECT {EVENT_COLUMNS}"), query);
         let fetched = qb.build().fetch_all(&self.pool).await?;
         let mut items = fetched
             .iter()

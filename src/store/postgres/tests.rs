@@ -2,13 +2,15 @@
 //! `postgres://postgres@127.0.0.1:5432`; unset, these tests pass without running,
 //! and say so once), each test with a database of its own:
 //! the plans of its big queries on filled, analysed tables (retention and the claim
-//! read through their indexes only as far as their batch), the backlog count, and
+//! read through their indexes only as far as their batch, the list of unfinished
+//! events only the backlog), the backlog count, and
 //! the outcome finisher's one-by-one fallback.
 
 use sqlx::{Connection, Executor, PgConnection, Row};
 
-use super::{PURGE, PgStore};
-use crate::store::ClaimStore;
+use super::{EVENT_COLUMNS, PURGE, PgStore, list_query};
+use crate::model::Status;
+use crate::store::{ClaimStore, ListQuery, Store};
 
 fn server() -> String {
     std::env::var("HOOKBOX_TEST_PG").unwrap_or_default()
@@ -177,6 +179,37 @@ async fn retention_reads_one_batch_through_the_events_creation_index() {
     assert!(!text.contains("Seq Scan on deliveries"), "{text}");
     assert!(text.contains("events_pkey"), "{text}");
     assert_eq!(discarded(&plan), 0, "{text}");
+    drop(store);
+}
+
+#[tokio::test]
+async fn listing_unfinished_events_reads_the_backlog_not_the_history() {
+    let Some(db) = TestDb::new().await else {
+        return;
+    };
+    let store = busy_store(&db).await;
+    let query = ListQuery {
+        status: Some(Status::Pending),
+        limit: 100,
+        ..ListQuery::default()
+    };
+    let explain = format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT {EVENT_COLUMNS}");
+    let rows = list_query(&explain, &query)
+        .build()
+        .fetch_all(store.pool())
+        .await
+        .expect("explain");
+    let plan = lines(rows);
+    let text = plan.join("\n");
+    assert!(!text.contains("Seq Scan on events"), "{text}");
+    assert!(!text.contains("Backward using events_pkey"), "{text}");
+    // The 5,000 unfinished `processing` events are passed over; the 40,000
+    // finished ones are never read.
+    assert!(discarded(&plan) <= 5_000, "{text}");
+    let page = store.list_events(&query).await.expect("list");
+    assert_eq!(page.items.len(), 50);
+    assert!(page.items.iter().all(|e| e.status == Status::Pending));
+    assert!(page.items.windows(2).all(|w| w[0].id > w[1].id));
     drop(store);
 }
 
