@@ -56,7 +56,7 @@ pub(crate) fn canonical_members(text: &str) -> Result<Option<Vec<(String, String
     parser.members(|parser, key| {
         let mut value = String::new();
         parser.value(&mut value)?;
-        members.push((key, value));
+        members.push((key.into_owned(), value));
         Ok(())
     })?;
     parser.end()?;
@@ -121,32 +121,78 @@ fn duplicate(key: &str, offset: usize) -> JsonError {
 /// Appends `s` as a JSON string literal, escaped as serde_json escapes it.
 fn write_string(out: &mut String, s: &str) {
     out.push('"');
+    let bytes = s.as_bytes();
     let mut plain = 0;
-    for (i, b) in s.bytes().enumerate() {
-        let escape = match b {
-            b'"' => "\\\"",
-            b'\\' => "\\\\",
-            b'\n' => "\\n",
-            b'\r' => "\\r",
-            b'\t' => "\\t",
-            0x08 => "\\b",
-            0x0c => "\\f",
-            0..=0x1f => "",
-            _ => continue,
-        };
+    loop {
+        let i = plain + plain_run(&bytes[plain..]);
         out.push_str(&s[plain..i]);
-        if escape.is_empty() {
-            const HEX: &[u8; 16] = b"0123456789abcdef";
-            out.push_str("\\u00");
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 0xf)]));
-        } else {
-            out.push_str(escape);
+        let Some(&b) = bytes.get(i) else { break };
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            0x08 => out.push_str("\\b"),
+            0x0c => out.push_str("\\f"),
+            _ => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.push_str("\\u00");
+                out.push(char::from(HEX[usize::from(b >> 4)]));
+                out.push(char::from(HEX[usize::from(b & 0xf)]));
+            }
         }
         plain = i + 1;
     }
-    out.push_str(&s[plain..]);
     out.push('"');
+}
+
+/// Appends a string that [`Parser::string`] returned: one it borrowed from the text
+/// had no escapes and no control characters, so its literal is already canonical;
+/// one it decoded is escaped again.
+#[expect(
+    clippy::ptr_arg,
+    reason = "whether the text was borrowed is what matters"
+)]
+fn push_string(out: &mut String, s: &Cow<'_, str>) {
+    match s {
+        Cow::Borrowed(plain) => {
+            out.reserve(plain.len() + 2);
+            out.push('"');
+            out.push_str(plain);
+            out.push('"');
+        }
+        Cow::Owned(decoded) => write_string(out, decoded),
+    }
+}
+
+/// How many bytes at the start of `bytes` a string literal holds as they are: up
+/// to the first `"`, `\` or control character (the bytes that end a literal,
+/// start an escape or must be escaped), or all of them. Eight bytes at a time.
+fn plain_run(bytes: &[u8]) -> usize {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    // Whether any byte of `v` is zero (exact for "any", as wanted here).
+    let zero_in = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS != 0;
+    let mut chunks = bytes.chunks_exact(8);
+    let mut done = 0;
+    for chunk in &mut chunks {
+        let mut word = [0; 8];
+        word.copy_from_slice(chunk);
+        let v = u64::from_ne_bytes(word);
+        let control = v.wrapping_sub(ONES * 0x20) & !v & HIGHS != 0;
+        if control
+            || zero_in(v ^ (ONES * u64::from(b'"')))
+            || zero_in(v ^ (ONES * u64::from(b'\\')))
+        {
+            break;
+        }
+        done += 8;
+    }
+    done + bytes[done..]
+        .iter()
+        .position(|&b| matches!(b, b'"' | b'\\' | 0..=0x1f))
+        .unwrap_or(bytes.len() - done)
 }
 
 /// A cursor over JSON text.
@@ -217,7 +263,7 @@ impl<'t> Parser<'t> {
             Some(b'[') => self.array(out),
             Some(b'"') => {
                 let s = self.string()?;
-                write_string(out, &s);
+                push_string(out, &s);
                 Ok(())
             }
             Some(b'-' | b'0'..=b'9') => {
@@ -290,6 +336,7 @@ impl<'t> Parser<'t> {
         let bytes = self.text.as_bytes();
         let mut escaped = false;
         loop {
+            self.pos += plain_run(bytes.get(self.pos..).unwrap_or_default());
             match bytes.get(self.pos) {
                 None => return Err(self.error("unterminated string")),
                 Some(b'"') => break,
@@ -351,7 +398,7 @@ impl<'t> Parser<'t> {
     /// cursor on each value (which it must consume).
     fn members(
         &mut self,
-        mut member: impl FnMut(&mut Self, String) -> Result<(), JsonError>,
+        mut member: impl FnMut(&mut Self, Cow<'t, str>) -> Result<(), JsonError>,
     ) -> Result<(), JsonError> {
         self.enter()?;
         self.pos += 1;
@@ -363,7 +410,7 @@ impl<'t> Parser<'t> {
         }
         loop {
             self.skip_whitespace();
-            let key = self.string()?.into_owned();
+            let key = self.string()?;
             self.expect(b':', "expected ':'")?;
             member(self, key)?;
             self.skip_whitespace();
@@ -380,31 +427,37 @@ impl<'t> Parser<'t> {
         Ok(())
     }
 
-    /// An object, its members written to `out` first in the order sent and then
-    /// moved into key order.
+    /// An object: its members (`"key":value`) written to `out` in the order sent,
+    /// then moved into key order unless they were in it already.
     fn object(&mut self, out: &mut String) -> Result<(), JsonError> {
         let at = self.pos;
         out.push('{');
         let start = out.len();
-        let mut members: Vec<(String, usize, usize)> = Vec::new();
+        let mut members: Vec<(Cow<'t, str>, usize, usize)> = Vec::new();
         self.members(|parser, key| {
+            if !members.is_empty() {
+                out.push(',');
+            }
             let from = out.len() - start;
+            push_string(out, &key);
+            out.push(':');
             parser.value(out)?;
             members.push((key, from, out.len() - start));
             Ok(())
         })?;
-        members.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        if let Some(pair) = members.windows(2).find(|w| w[0].0 == w[1].0) {
-            return Err(duplicate(&pair[0].0, at));
-        }
-        let values = out.split_off(start);
-        for (i, (key, from, to)) in members.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
+        // Strictly ascending keys are in order and distinct: nothing to move.
+        if !members.windows(2).all(|w| w[0].0 < w[1].0) {
+            members.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            if let Some(pair) = members.windows(2).find(|w| w[0].0 == w[1].0) {
+                return Err(duplicate(&pair[0].0, at));
             }
-            write_string(out, key);
-            out.push(':');
-            out.push_str(&values[*from..*to]);
+            let written = out.split_off(start);
+            for (i, (_, from, to)) in members.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&written[*from..*to]);
+            }
         }
         out.push('}');
         Ok(())
@@ -509,6 +562,43 @@ mod tests {
         assert_eq!(text, r#"{"a":12345678901234567890123,"b":[1.50,"é"]}"#);
         assert_eq!(json::pointer(&text, "/b/0"), Some("1.50"));
         assert!(json::canonical(r#"{"a": 1, "a": 2}"#).is_err());
+    }
+
+    #[test]
+    fn plain_runs_stop_at_the_first_byte_a_literal_cannot_hold_as_is() {
+        // Every stopping byte at every offset of texts longer than a word, checked
+        // against a byte-by-byte scan.
+        let stops = [b'"', b'\\', 0x00, 0x1f, b'\n'];
+        let passes = [b' ', b'!', b'#', b'[', b']', 0x7f, 0x80, 0xff, b'x'];
+        for len in 0..40 {
+            for &fill in &passes {
+                let mut bytes = vec![fill; len];
+                assert_eq!(plain_run(&bytes), len, "no stop in {bytes:?}");
+                for at in 0..len {
+                    for &stop in &stops {
+                        bytes[at] = stop;
+                        let naive = bytes
+                            .iter()
+                            .position(|&b| b == b'"' || b == b'\\' || b < 0x20);
+                        assert_eq!(Some(plain_run(&bytes)), naive, "{bytes:?}");
+                        bytes[at] = fill;
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn long_strings_and_ordered_or_unordered_keys_canonicalise_alike() {
+        let long = "x".repeat(1000);
+        let sent = format!(r#"{{"b": "{long}\u0041", "a": ["{long}", "é\n"], "c": 1}}"#);
+        let expected = format!(r#"{{"a":["{long}","é\n"],"b":"{long}A","c":1}}"#);
+        assert_eq!(canonical(&sent).unwrap(), expected);
+        assert_eq!(canonical(&expected).unwrap(), expected);
+        let twice = r#"{"a": 1, "b": 2, "a": 3}"#;
+        assert!(canonical(twice).is_err());
+        let twice_in_order = r#"{"a": 1, "a": 1}"#;
+        assert!(canonical(twice_in_order).is_err());
     }
 
     #[test]
