@@ -21,6 +21,8 @@
 #   scripts/bench.sh isolation                          # a fast destination's latency,
 #                                                     # alone and beside 10 slow + 1 silent
 #   scripts/bench.sh rate                               # 100 subscribers limited to 20/s
+#   scripts/bench.sh drain --events 40000               # delivery from a backlog vs a bare
+#                                                       # reqwest client (issue 28, item 2)
 #   scripts/bench.sh floor                              # hookbox's intake vs intake-floor,
 #   ROUNDS=5 scripts/bench.sh floor --duration 20s      # the group-commit prototype,
 #                                                     # interleaved (and with wrk)
@@ -178,7 +180,7 @@ if [[ $# -eq 0 ]]; then
 fi
 # `deliver` delivers over HTTP to loadgen's receiver on 127.0.0.1, which the SSRF
 # guard refuses unless ALLOWED_TARGETS opens loopback.
-if [[ "$1" == deliver || "$1" == isolation || "$1" == rate || "$1" == transforms ]]; then
+if [[ "$1" == deliver || "$1" == isolation || "$1" == rate || "$1" == transforms || "$1" == drain ]]; then
     export ALLOWED_TARGETS="${ALLOWED_TARGETS:-127.0.0.0/8}"
 fi
 # `recovery`: --pending N becomes loadgen fill's --events N; nothing drains them.
@@ -364,6 +366,55 @@ if [[ "$1" == floor ]]; then
     exit 0
 fi
 
+# `drain [--events N] [--in-flight M]`: issue 28 item 2's delivery from a backlog.
+# Two `kind = "http"` handlers (max_in_flight 32 each, so 64 attempts at once,
+# as many as the reference's requests in flight) take `bench.drain`; an instance
+# without workers holds N events (default 40,000: 80,000 deliveries); then
+# `loadgen drain` receives on a fixed port while an instance with workers drains
+# the backlog, and posts as many requests from a bare reqwest client to the same
+# receiver: both rates and their ratio, from one run.
+if [[ "$1" == drain ]]; then
+    shift
+    events=40000
+    in_flight=64
+    while [[ $# -gt 0 ]]; do
+        case "$1" in
+            --events) events="$2"; shift 2 ;;
+            --in-flight) in_flight="$2"; shift 2 ;;
+            *) echo "bench.sh: drain takes --events N and --in-flight M, not $1" >&2; exit 2 ;;
+        esac
+    done
+    sink_port="$(pick_port)"
+    rm -f "$workdir/handlers/"*.toml
+    for name in a b; do
+        cat >"$workdir/handlers/drain-$name.toml" <<TOML
+event_types = ["bench.drain"]
+kind = "http"
+max_in_flight = $((in_flight / 2 > 0 ? in_flight / 2 : 1))
+[http]
+url = "http://127.0.0.1:${sink_port}/$name"
+TOML
+    done
+    echo "bench.sh: filling $events events (no workers) on $url" >&2
+    WORKER_COUNT=0 QUEUE_MAXSIZE=$((events * 4)) start_hookbox
+    wait_ready
+    "$bin_dir/loadgen" fill --url "$url" --events "$events" --event-type bench.drain >&2
+    stop_server "$hookbox_pid" hookbox
+    "$bin_dir/loadgen" drain --listen "127.0.0.1:${sink_port}" --deliveries $((events * 2)) \
+        --in-flight "$in_flight" &
+    drain_pid=$!
+    for _ in $(seq 1 100); do
+        (exec 3<>"/dev/tcp/127.0.0.1/${sink_port}") 2>/dev/null && break
+        sleep 0.1
+    done
+    echo "bench.sh: draining with an instance with workers" >&2
+    start_hookbox
+    wait_ready
+    status=0
+    wait "$drain_pid" || status=$?
+    exit "$status"
+fi
+
 echo "bench.sh: starting hookbox on $url (data in $workdir)" >&2
 start_hookbox
 wait_ready
@@ -452,4 +503,9 @@ if [[ -n "$pending" ]]; then
     exit 0
 fi
 
+# `deliver` also runs the bare reqwest reference on the same receiver (issue 28,
+# item 2), unless REFERENCE=0.
+if [[ "$1" == deliver && "${REFERENCE:-1}" != 0 ]]; then
+    set -- "$@" --reference
+fi
 "$bin_dir/loadgen" "$@"

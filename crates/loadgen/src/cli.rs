@@ -26,6 +26,10 @@ pub(crate) enum Command {
     Deliver(DeliverArgs),
     /// Post N events and stop: a backlog for an instance without workers to hold.
     Fill(FillArgs),
+    /// Receive on a fixed address until N deliveries from a draining instance have
+    /// arrived, then post as many from a bare reqwest client to the same receiver;
+    /// report both rates and their ratio.
+    Drain(DrainArgs),
     /// Be a WebSocket upstream for a hookbox pull source: send N messages as fast
     /// as possible, and wait until hookbox has committed all of them.
     Websocket(WebsocketArgs),
@@ -231,6 +235,30 @@ pub(crate) struct DeliverArgs {
     /// transform (renaming two fields of the payload), as `pipeline` times them.
     #[arg(long, conflicts_with_all = ["filter", "transform"])]
     pub(crate) bench_shape: bool,
+    /// After the run, post as many deliveries from a bare reqwest client
+    /// (`--connections` at once) to the same receiver, and report the ratio.
+    #[arg(long)]
+    pub(crate) reference: bool,
+}
+
+/// Options of `drain`.
+#[derive(Args, Debug)]
+pub(crate) struct DrainArgs {
+    /// The receiver's address (the one the instance's http handlers post to).
+    #[arg(long, default_value = "127.0.0.1:9200")]
+    pub(crate) listen: std::net::SocketAddr,
+    /// Distinct deliveries to wait for.
+    #[arg(long, default_value_t = 80_000)]
+    pub(crate) deliveries: u64,
+    /// The reference client's requests in flight.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub(crate) in_flight: u64,
+    /// Approximate size in bytes of the reference requests' `payload`.
+    #[arg(long, default_value_t = 1024)]
+    pub(crate) payload_bytes: usize,
+    /// Give up (exit 1) when the deliveries take longer than this to arrive.
+    #[arg(long, default_value = "300s", value_parser = humantime::parse_duration)]
+    pub(crate) timeout: Duration,
 }
 
 /// Options of `fill`.

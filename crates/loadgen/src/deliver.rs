@@ -68,7 +68,39 @@ pub(crate) async fn run_deliver(args: DeliverArgs) -> Result<ExitCode, BoxError>
     }
     let outcome = deliver_events(&args, &target, &tally).await;
     admin.delete_all().await;
-    outcome
+    let (code, rate) = outcome?;
+    if args.reference {
+        compare_with_reference(&args, receiver, rate).await?;
+    }
+    Ok(code)
+}
+
+/// `--reference`: as many deliveries from the bare reqwest client of
+/// [`crate::reference`] to the same receiver, and hookbox's end-to-end rate over
+/// the reference's.
+async fn compare_with_reference(
+    args: &DeliverArgs,
+    receiver: std::net::SocketAddr,
+    hookbox_rate: f64,
+) -> Result<(), BoxError> {
+    let total = expected_deliveries(args.events);
+    let run = crate::reference::run_reference(
+        receiver,
+        total,
+        args.common.connections,
+        args.common.payload_bytes,
+    )
+    .await?;
+    let reference_rate = per_second(run.delivered, run.elapsed);
+    println!(
+        "reference (bare reqwest, {} in flight, same receiver): {} of {total} deliveries in {:.2}s, \
+         {reference_rate:.1} deliveries/s; hookbox / reference {:.2}x",
+        args.common.connections,
+        run.delivered,
+        run.elapsed.as_secs_f64(),
+        crate::drain::ratio(hookbox_rate, reference_rate),
+    );
+    Ok(())
 }
 
 /// `deliver`, with `+filter` and `+transform` when the subscribers have them.
@@ -86,12 +118,13 @@ fn mode(args: &DeliverArgs) -> String {
     mode
 }
 
-/// Posts the events and waits for the deliveries (the subscribers exist).
+/// Posts the events and waits for the deliveries (the subscribers exist); the exit
+/// code and the deliveries per second from the first post to the last delivery.
 pub(crate) async fn deliver_events(
     args: &DeliverArgs,
     target: &Arc<Target>,
     tally: &Tally,
-) -> Result<ExitCode, BoxError> {
+) -> Result<(ExitCode, f64), BoxError> {
     let run_id = uuid::Uuid::now_v7().to_string();
     let bodies = DELIVER_TYPES
         .iter()
@@ -118,6 +151,7 @@ pub(crate) async fn deliver_events(
     let delivered = tally.unique.load(Ordering::Relaxed);
     let requests = tally.requests.load(Ordering::Relaxed);
     let to_last = last_new.map(|t| t.saturating_duration_since(started));
+    let rate = to_last.map_or(0.0, |d| per_second(delivered, d));
     print_table(&[
         ("mode", mode(args)),
         ("conns", args.common.connections.to_string()),
@@ -160,9 +194,9 @@ pub(crate) async fn deliver_events(
             "only {delivered} of {expected} deliveries arrived within --timeout {}",
             humantime::format_duration(args.timeout)
         );
-        return Ok(ExitCode::FAILURE);
+        return Ok((ExitCode::FAILURE, rate));
     }
-    Ok(exit_code(&stats))
+    Ok((exit_code(&stats), rate))
 }
 
 /// Waits until the receiver has `expected` distinct deliveries; false at the deadline.

@@ -76,6 +76,7 @@ mod admin;
 mod cli;
 mod conn;
 mod deliver;
+mod drain;
 mod e2e;
 mod fill;
 mod ingest;
@@ -84,6 +85,7 @@ mod pipeline;
 mod post;
 mod progress;
 mod receiver;
+mod reference;
 mod report;
 mod soak;
 mod sources;
@@ -108,6 +110,7 @@ async fn main() -> ExitCode {
         Command::E2e(args) => e2e::run_e2e(args).await,
         Command::Deliver(args) => deliver::run_deliver(args).await,
         Command::Fill(args) => fill::run_fill(args).await,
+        Command::Drain(args) => drain::run_drain(args).await,
         Command::Websocket(args) => websocket::run_websocket(args).await,
         Command::Storm(args) => storm::run_storm(args).await,
         Command::Isolation(args) => lanes::run_isolation(args).await,

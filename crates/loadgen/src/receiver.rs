@@ -41,6 +41,8 @@ pub(crate) struct TallyInner {
     pub(crate) seen: std::collections::HashSet<String>,
     /// Distinct deliveries per request path (one path per subscriber).
     pub(crate) per_path: BTreeMap<String, u64>,
+    /// When the first new delivery arrived.
+    pub(crate) first_new: Option<Instant>,
     /// When the latest new delivery arrived.
     pub(crate) last_new: Option<Instant>,
 }
@@ -87,7 +89,9 @@ pub(crate) async fn receive(
     let mut inner = tally.lock();
     if inner.seen.insert(format!("{} {id}", uri.path())) {
         *inner.per_path.entry(uri.path().to_owned()).or_default() += 1;
-        inner.last_new = Some(Instant::now());
+        let now = Instant::now();
+        inner.first_new.get_or_insert(now);
+        inner.last_new = Some(now);
         tally.unique.fetch_add(1, Ordering::Relaxed);
     }
     StatusCode::OK
@@ -95,10 +99,18 @@ pub(crate) async fn receive(
 
 /// Starts the receiver on `127.0.0.1:0` (TCP_NODELAY, HTTP/1.1 keep-alive).
 pub(crate) async fn start_receiver(tally: Arc<Tally>) -> Result<SocketAddr, BoxError> {
+    start_receiver_on(tally, SocketAddr::from(([127, 0, 0, 1], 0))).await
+}
+
+/// Starts the receiver on `addr` (TCP_NODELAY, HTTP/1.1 keep-alive).
+pub(crate) async fn start_receiver_on(
+    tally: Arc<Tally>,
+    addr: SocketAddr,
+) -> Result<SocketAddr, BoxError> {
     use axum::serve::ListenerExt;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+    let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|e| format!("cannot start the receiver on 127.0.0.1: {e}"))?;
+        .map_err(|e| format!("cannot start the receiver on {addr}: {e}"))?;
     let addr = listener.local_addr()?;
     let listener = listener.tap_io(|tcp| {
         // Only latency suffers without it.

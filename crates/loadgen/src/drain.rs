@@ -1,0 +1,87 @@
+//! `drain`: HTTP delivery from a backlog, beside the bare reqwest client of
+//! [`crate::reference`] (issue 28, item 2).
+//!
+//! The built-in receiver listens on `--listen`, the address that the `kind =
+//! "http"` handler manifests of the instance under test name (`scripts/bench.sh
+//! drain` writes two, so every event is two deliveries). Started before that
+//! instance, `drain` waits for `--deliveries` distinct deliveries and times them
+//! from the first one's arrival to the last one's; then, on the same receiver, the
+//! reference client posts as many requests, `--in-flight` at once, and the table
+//! gives both rates and their ratio.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use crate::BoxError;
+use crate::cli::DrainArgs;
+use crate::deliver::wait_for_deliveries;
+use crate::receiver::{Tally, start_receiver_on};
+use crate::reference::run_reference;
+use crate::report::{per_second, print_table};
+
+/// `drain`: see the module docs.
+pub(crate) async fn run_drain(args: DrainArgs) -> Result<ExitCode, BoxError> {
+    let tally = Arc::new(Tally::default());
+    let receiver = start_receiver_on(Arc::clone(&tally), args.listen).await?;
+    eprintln!(
+        "loadgen: receiving on {receiver}; waiting for {} deliveries",
+        args.deliveries
+    );
+    let started = Instant::now();
+    let complete =
+        wait_for_deliveries(&tally, args.deliveries, started + args.timeout, started).await;
+    let (first, last) = {
+        let inner = tally.lock();
+        (inner.first_new, inner.last_new)
+    };
+    let delivered = tally.unique.load(Ordering::Relaxed);
+    let requests = tally.requests.load(Ordering::Relaxed);
+    let drained = first.zip(last).map(|(f, l)| l.saturating_duration_since(f));
+    let hookbox_rate = drained.map_or(0.0, |d| per_second(delivered, d));
+    let reference = run_reference(
+        receiver,
+        args.deliveries,
+        args.in_flight,
+        args.payload_bytes,
+    )
+    .await?;
+    let reference_rate = per_second(reference.delivered, reference.elapsed);
+    print_table(&[
+        ("mode", "drain".to_owned()),
+        ("deliveries", format!("{delivered}/{}", args.deliveries)),
+        (
+            "first to last",
+            drained.map_or("-".to_owned(), |d| format!("{:.2}s", d.as_secs_f64())),
+        ),
+        ("hookbox deliveries/s", format!("{hookbox_rate:.1}")),
+        ("reference deliveries/s", format!("{reference_rate:.1}")),
+        (
+            "hookbox / reference",
+            format!("{:.2}x", ratio(hookbox_rate, reference_rate)),
+        ),
+    ]);
+    println!(
+        "duplicate deliveries: {}; reference: {} of {} answered 2xx in {:.2}s, {} in flight",
+        requests.saturating_sub(delivered),
+        reference.delivered,
+        args.deliveries,
+        reference.elapsed.as_secs_f64(),
+        args.in_flight
+    );
+    if !complete {
+        println!(
+            "only {delivered} of {} deliveries arrived within --timeout {}",
+            args.deliveries,
+            humantime::format_duration(args.timeout)
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `a / b`, 0 when `b` is 0.
+pub(crate) fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { 0.0 }
+}
