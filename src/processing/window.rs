@@ -414,15 +414,13 @@ impl Window {
         let limit = clamp(self.room());
         let skip = self.lanes.capped();
         self.lanes.skipped(&skip, from);
-        let rows = match self.due.fresh_after(from, limit, READ_BUDGET, &skip).await {
-            Ok(rows) => rows,
+        let (rows, exhausted, last) = match self.read_fresh(from, limit, &skip).await {
+            Ok(read) => read,
             Err(e) => {
                 self.lock().released = None;
                 return Err(e);
             }
         };
-        let exhausted = short(&rows, limit);
-        let last = rows.last().map(|t| t.delivery_id);
         let mut state = self.lock();
         self.add_read(&mut state, rows);
         let mut cursor = last.map_or(from, |l| l.max(from));
@@ -434,6 +432,35 @@ impl Window {
             state.spilled = false;
         }
         Ok(more || !exhausted || state.dirty)
+    }
+
+    /// Reads fresh work after `from`: the ids first, then the tasks of those not
+    /// held already (a read from a rewound cursor passes over work the window
+    /// has: its payloads are not fetched again). Returns the tasks, whether nothing
+    /// more waits past them, and where the next read starts.
+    async fn read_fresh(
+        &self,
+        from: Uuid,
+        limit: u32,
+        skip: &[String],
+    ) -> Result<(Vec<DeliveryTask>, bool, Option<Uuid>), StoreError> {
+        let ids = self.due.fresh_ids_after(from, limit, skip).await?;
+        let wanted: Vec<Uuid> = {
+            let state = self.lock();
+            ids.iter()
+                .copied()
+                .filter(|id| !state.held.contains(id))
+                .collect()
+        };
+        let rows = self.due.tasks_of(&wanted, READ_BUDGET).await?;
+        let bytes: usize = rows.iter().map(|t| t.payload.len()).sum();
+        if bytes >= READ_BUDGET {
+            // Cut short by the budget: read on from the last task read.
+            let last = rows.last().map(|t| t.delivery_id);
+            return Ok((rows, false, last));
+        }
+        let exhausted = ids.len() < limit as usize;
+        Ok((rows, exhausted, ids.last().copied()))
     }
 
     /// Adds what a read returned, except deliveries held or let go since it began.

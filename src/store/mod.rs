@@ -664,16 +664,18 @@ pub trait DueStore: Send + Sync + 'static {
     /// Fresh deliveries per handler: the pending backlog at startup.
     async fn count_fresh(&self) -> Result<Vec<(String, u64)>, StoreError>;
 
-    /// Up to `limit` fresh deliveries with ids above `after`, oldest first, stopping
-    /// early once their payloads pass `budget` bytes; none of the handlers in
-    /// `skip` (destinations that hold enough already).
-    async fn fresh_after(
+    /// The ids of up to `limit` fresh deliveries above `after`, oldest first; none
+    /// of the handlers in `skip` (destinations that hold enough already).
+    async fn fresh_ids_after(
         &self,
         after: Uuid,
         limit: u32,
-        budget: usize,
         skip: &[String],
-    ) -> Result<Vec<DeliveryTask>, StoreError>;
+    ) -> Result<Vec<Uuid>, StoreError>;
+
+    /// The tasks of the deliveries among `ids` that are still unfinished, in id
+    /// order, stopping early once their payloads pass `budget` bytes.
+    async fn tasks_of(&self, ids: &[Uuid], budget: usize) -> Result<Vec<DeliveryTask>, StoreError>;
 
     /// Up to `limit` retries due at `now`, the longest due first, stopping early once
     /// their payloads pass `budget` bytes; none of the handlers in `skip`.

@@ -42,15 +42,26 @@ macro_rules! not_skipped {
     };
 }
 
-/// Fresh deliveries after a cursor, oldest first; binds: after, skip, limit.
-pub(super) const FRESH_AFTER: &str = concat!(
-    "SELECT ",
-    task_columns!(),
-    " FROM deliveries d INDEXED BY deliveries_fresh JOIN events e ON e.id = d.event_id \
+/// The ids of fresh deliveries after a cursor, oldest first; binds: after, skip,
+/// limit. Ids only: the window reads the tasks of those it does not hold yet
+/// ([`TASKS_OF`]), so a read again from a rewound cursor does not fetch payloads it
+/// already has.
+pub(super) const FRESH_IDS_AFTER: &str = concat!(
+    "SELECT d.id FROM deliveries d INDEXED BY deliveries_fresh \
      WHERE d.status IN ('pending', 'processing') AND d.retry_after IS NULL AND d.id > ? AND ",
     not_skipped!(),
     first_of_its_key!(),
     " ORDER BY d.id LIMIT ?"
+);
+
+/// The unfinished deliveries among ids (a JSON array) with their events, in id
+/// order; binds: ids.
+pub(super) const TASKS_OF: &str = concat!(
+    "SELECT ",
+    task_columns!(),
+    " FROM deliveries d JOIN events e ON e.id = d.event_id \
+     WHERE d.id IN (SELECT value FROM json_each(?)) \
+     AND d.status IN ('pending', 'processing') ORDER BY d.id"
 );
 
 /// Retries due now, the longest due first; binds: now, skip, limit.
@@ -134,18 +145,30 @@ impl DueStore for SqliteStore {
             .collect()
     }
 
-    async fn fresh_after(
+    async fn fresh_ids_after(
         &self,
         after: Uuid,
         limit: u32,
-        budget: usize,
         skip: &[String],
-    ) -> Result<Vec<DeliveryTask>, StoreError> {
-        let query = sqlx::query(FRESH_AFTER)
+    ) -> Result<Vec<Uuid>, StoreError> {
+        sqlx::query(FRESH_IDS_AFTER)
             .bind(after.to_string())
             .bind(json_list(skip))
-            .bind(i64::from(limit));
-        self.tasks(query, budget).await
+            .bind(i64::from(limit))
+            .fetch_all(&self.read)
+            .await?
+            .iter()
+            .map(|r| r.uuid("id"))
+            .collect()
+    }
+
+    async fn tasks_of(&self, ids: &[Uuid], budget: usize) -> Result<Vec<DeliveryTask>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<String> = ids.iter().map(Uuid::to_string).collect();
+        self.tasks(sqlx::query(TASKS_OF).bind(json_list(&ids)), budget)
+            .await
     }
 
     async fn due_retries(
@@ -227,9 +250,14 @@ mod tests {
         let now = "2026-11-26T00:00:00.000Z";
         for (sql, binds, index) in [
             (
-                super::FRESH_AFTER,
+                super::FRESH_IDS_AFTER,
                 vec![id, "[\"h\"]", "100"],
                 "deliveries_fresh",
+            ),
+            (
+                super::TASKS_OF,
+                vec!["[\"019ab000-0000-7000-8000-000000000000\"]"],
+                "sqlite_autoindex_deliveries_1",
             ),
             (
                 super::DUE_RETRIES,
