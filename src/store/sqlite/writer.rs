@@ -210,21 +210,22 @@ async fn commit(
     for chunk in deliveries.chunks(ROWS_PER_STATEMENT) {
         insert_deliveries(&mut script, chunk);
     }
-    for chunk in starts.chunks(ROWS_PER_STATEMENT) {
-        start(&mut script, chunk);
-    }
-    for chunk in finishes.chunks(ROWS_PER_STATEMENT) {
-        finish(&mut script, chunk);
-    }
     let attempts: Vec<(Uuid, &Attempt)> = finishes
         .iter()
         .filter_map(|f| f.attempt.as_ref().map(|a| (f.event_id, a)))
         .collect();
+    let rows = shape([starts.len(), finishes.len(), attempts.len(), settles.len()]);
+    for chunk in starts.chunks(ROWS_PER_STATEMENT) {
+        start(&mut script, chunk, rows);
+    }
+    for chunk in finishes.chunks(ROWS_PER_STATEMENT) {
+        finish(&mut script, chunk, rows);
+    }
     for chunk in attempts.chunks(ROWS_PER_STATEMENT) {
-        record_attempts(&mut script, chunk);
+        record_attempts(&mut script, chunk, rows);
     }
     for chunk in settles.chunks(ROWS_PER_STATEMENT) {
-        settle(&mut script, chunk);
+        settle(&mut script, chunk, rows);
     }
     for chunk in receipts.chunks(ROWS_PER_STATEMENT) {
         recent::count(&mut script, chunk);
@@ -327,27 +328,68 @@ async fn settle_inserts(
     Ok(results)
 }
 
+/// Row counts the statements of delivery work (starts, outcomes, attempts,
+/// settles) are padded up to.
+const SHAPES: [usize; 16] = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256];
+
+/// The rows every statement of a batch's delivery work has: the first of
+/// [`SHAPES`] that holds the most any of them needs (a statement holds at most
+/// [`ROWS_PER_STATEMENT`]).
+///
+/// A batch's script is a cached statement per shape. With a statement of exactly
+/// as many rows as items, the mix of these four counts made nearly every batch of
+/// delivery work a new shape, parsed and planned again (a drain spent ~8 % of its
+/// instructions preparing scripts); padded to one common count, a batch has one
+/// of a few shapes. Padded rows change nothing (see each statement).
+fn shape(counts: [usize; 4]) -> usize {
+    let most = counts
+        .into_iter()
+        .max()
+        .unwrap_or(0)
+        .min(ROWS_PER_STATEMENT);
+    SHAPES.iter().copied().find(|&s| s >= most).unwrap_or(most)
+}
+
+/// An `IN (…)` list of `ids`, padded to `rows` with the first id again (a repeat
+/// selects nothing more).
+fn push_id_list(script: &mut Script, ids: &[Uuid], rows: usize) {
+    let mut list = script.separated(", ");
+    let repeat = ids.first().into_iter().cycle();
+    let padding = repeat.take(rows.saturating_sub(ids.len()));
+    for id in ids.iter().chain(padding) {
+        list.push_bind(id.to_string());
+    }
+}
+
 /// `pending → processing` for deliveries a worker took.
-fn start(script: &mut Script, deliveries: &[Uuid]) {
+fn start(script: &mut Script, deliveries: &[Uuid], rows: usize) {
     script.push("UPDATE deliveries SET status = 'processing', updated_at = ");
     script.push_bind(Timestamp::now().to_rfc3339());
     script.push(" WHERE status = 'pending' AND id IN (");
-    let mut list = script.separated(", ");
-    for id in deliveries {
-        list.push_bind(id.to_string());
-    }
+    push_id_list(script, deliveries, rows);
     script.push(");");
 }
 
-/// Attempt outcomes, one multi-row UPDATE. A success keeps the previous error.
-fn finish(script: &mut Script, finishes: &[&Finish]) {
+/// Attempt outcomes, one multi-row UPDATE padded to `rows` with rows for the
+/// delivery id `''` (which no delivery has). A success keeps the previous error.
+fn finish(script: &mut Script, finishes: &[&Finish], rows: usize) {
     script.push(
         "UPDATE deliveries SET status = v.column2, attempts = v.column3, \
          last_error = COALESCE(v.column4, deliveries.last_error), retry_after = v.column5, \
          updated_at = v.column6 FROM (",
     );
     let now = Timestamp::now().to_rfc3339();
-    script.push_values(finishes, |mut row, f| {
+    let padding = std::iter::repeat_n(None, rows.saturating_sub(finishes.len()));
+    script.push_values(finishes.iter().map(Some).chain(padding), |mut row, f| {
+        let Some(f) = f else {
+            row.push_bind("")
+                .push_bind("pending")
+                .push_bind(0_i64)
+                .push_bind(None::<String>)
+                .push_bind(None::<String>)
+                .push_bind(now.clone());
+            return;
+        };
         row.push_bind(f.delivery_id.to_string())
             .push_bind(f.status.as_str())
             .push_bind(i64::from(f.attempts))
@@ -360,13 +402,28 @@ fn finish(script: &mut Script, finishes: &[&Finish]) {
 
 /// The attempt history of the outcomes (one multi-row INSERT): an attempt already
 /// on record is kept as it was, and an event that is gone (nothing should delete an
-/// unfinished one) gets no rows instead of failing the batch.
-fn record_attempts(script: &mut Script, attempts: &[(Uuid, &Attempt)]) {
+/// unfinished one) gets no rows instead of failing the batch. Padded to `rows`
+/// with rows for the event id `''` (which no event has: nothing is inserted).
+fn record_attempts(script: &mut Script, attempts: &[(Uuid, &Attempt)], rows: usize) {
     script.push(
         "INSERT INTO attempts (event_id, handler, attempt, started_at, duration_ms, outcome, \
          response_status, response_body, error, request) SELECT v.* FROM (",
     );
-    script.push_values(attempts, |mut row, (event, a)| {
+    let padding = std::iter::repeat_n(None, rows.saturating_sub(attempts.len()));
+    script.push_values(attempts.iter().map(Some).chain(padding), |mut row, item| {
+        let Some((event, a)) = item else {
+            row.push_bind("")
+                .push_bind("")
+                .push_bind(0_i64)
+                .push_bind("")
+                .push_bind(0_i64)
+                .push_bind("")
+                .push_bind(None::<i64>)
+                .push_bind(None::<String>)
+                .push_bind(None::<String>)
+                .push_bind(None::<String>);
+            return;
+        };
         row.push_bind(event.to_string())
             .push_bind(a.handler.clone())
             .push_bind(i64::from(a.attempt))
@@ -436,7 +493,7 @@ pub(super) async fn purge(
 /// when all
 /// are (or there are none); `failed` when one is dead-lettered and none is still
 /// pending or processing; `pending` while nothing was tried yet; else `processing`.
-fn settle(script: &mut Script, events: &[Uuid]) {
+fn settle(script: &mut Script, events: &[Uuid], rows: usize) {
     script.push(
         "UPDATE events SET \
            status = CASE \
@@ -455,10 +512,7 @@ fn settle(script: &mut Script, events: &[Uuid]) {
     );
     script.push_bind(Timestamp::now().to_rfc3339());
     script.push(" WHERE id IN (");
-    let mut list = script.separated(", ");
-    for id in events {
-        list.push_bind(id.to_string());
-    }
+    push_id_list(script, events, rows);
     script.push(");");
 }
 
@@ -640,7 +694,7 @@ pub(super) async fn replay(
     events.dedup();
     for chunk in events.chunks(ROWS_PER_STATEMENT) {
         let mut script = Script::new("");
-        settle(&mut script, chunk);
+        settle(&mut script, chunk, chunk.len());
         script.build()?.persistent(false).execute(&mut *tx).await?;
     }
     recent::forget(recent, &events);
@@ -695,7 +749,26 @@ fn arrivals(ops: &[Write]) -> impl Iterator<Item = (Uuid, Timestamp)> + '_ {
 #[cfg(test)]
 mod tests {
     use super::super::query_plan as plan;
-    use super::PURGE;
+    use super::{PURGE, ROWS_PER_STATEMENT, SHAPES, shape};
+
+    /// Delivery work comes in few statement shapes, each large enough for every
+    /// count and never more rows than a statement holds.
+    #[test]
+    fn delivery_work_is_padded_to_few_shapes() {
+        for most in 1..=ROWS_PER_STATEMENT {
+            let rows = shape([most, most / 2, 0, 1]);
+            assert!(
+                rows >= most && rows <= ROWS_PER_STATEMENT,
+                "{most} -> {rows}"
+            );
+            assert!(SHAPES.contains(&rows));
+            assert!(
+                (rows - most) * 3 <= rows,
+                "{most} -> {rows}: over a third padding"
+            );
+        }
+        assert_eq!(shape([900, 3, 0, 0]), ROWS_PER_STATEMENT);
+    }
 
     /// Retention walks an index of terminal events oldest first and stops after
     /// the batch: no sort of every expired row, no scan of the table.
