@@ -98,7 +98,7 @@ async fn compare_with_reference(
         args.common.connections,
         run.delivered,
         run.elapsed.as_secs_f64(),
-        crate::drain::ratio(hookbox_rate, reference_rate),
+        crate::report::ratio(hookbox_rate, reference_rate),
     );
     Ok(())
 }

@@ -19,7 +19,7 @@ use crate::cli::DrainArgs;
 use crate::deliver::wait_for_deliveries;
 use crate::receiver::{Tally, start_receiver_on};
 use crate::reference::run_reference;
-use crate::report::{per_second, print_table};
+use crate::report::{per_second, print_table, ratio};
 
 /// `drain`: see the module docs.
 pub(crate) async fn run_drain(args: DrainArgs) -> Result<ExitCode, BoxError> {
@@ -79,9 +79,4 @@ pub(crate) async fn run_drain(args: DrainArgs) -> Result<ExitCode, BoxError> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `a / b`, 0 when `b` is 0.
-pub(crate) fn ratio(a: f64, b: f64) -> f64 {
-    if b > 0.0 { a / b } else { 0.0 }
 }

@@ -58,6 +58,11 @@ pub(crate) fn per_second(count: u64, elapsed: Duration) -> f64 {
     if secs > 0.0 { count as f64 / secs } else { 0.0 }
 }
 
+/// `a / b`, 0 when `b` is 0 (one rate over another).
+pub(crate) fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { 0.0 }
+}
+
 /// The non-2xx column: `none` or the total count.
 pub(crate) fn non_2xx_total(stats: &Stats) -> String {
     let total: u64 = stats.rejected().map(|(_, count)| count).sum();
