@@ -81,8 +81,17 @@ impl Settings {
     }
 }
 
+/// What `intake-floor` answers to any argument (it takes none: a `--help` must
+/// not start a server on `./floor.db`).
+const USAGE: &str = "usage: [BIND_ADDR=127.0.0.1:8100] [DB_PATH=./floor.db] intake-floor\n\
+     (no arguments; settings from the environment; see crates/intake-floor)";
+
 #[tokio::main]
 async fn main() -> ExitCode {
+    if std::env::args_os().len() > 1 {
+        eprintln!("{USAGE}");
+        return ExitCode::from(2);
+    }
     match run().await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

@@ -125,3 +125,39 @@ async fn an_event_is_stored_once_and_a_bad_body_is_refused() {
     assert_eq!(rows[1].1, rows[1].0, "without a key, the id is the key");
     assert_eq!((rows[1].2.as_str(), rows[1].3.as_str()), ("no.key", "null"));
 }
+
+/// Any argument (`--help` included) prints the usage and exits 2 without
+/// starting a server or creating a database.
+#[test]
+fn an_argument_prints_the_usage_and_starts_nothing() {
+    let dir = std::env::temp_dir().join(format!("floor-args-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_intake-floor"))
+        .arg("--help")
+        .current_dir(&dir)
+        .env("BIND_ADDR", "127.0.0.1:0")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run intake-floor");
+    // A server that started instead would never exit: give it 10 s.
+    let mut status = None;
+    for _ in 0..100 {
+        status = child.try_wait().expect("wait");
+        if status.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let mut stderr = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        let _ = pipe.read_to_string(&mut stderr);
+    }
+    assert_eq!(status.and_then(|s| s.code()), Some(2), "{stderr}");
+    assert!(stderr.contains("usage:"), "{stderr}");
+    assert!(!dir.join("floor.db").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
