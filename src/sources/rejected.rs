@@ -30,9 +30,9 @@ use crate::model::Timestamp;
 use crate::store::rejected::{Class, RejectedRow};
 
 /// How much of a rejected request's body a listing shows, in bytes.
-pub(crate) const BODY_PREVIEW_BYTES: usize = 1024;
+pub const BODY_PREVIEW_BYTES: usize = 1024;
 /// Read beyond the preview so that a secret crossing its edge is masked whole.
-pub(crate) const MASK_MARGIN: usize = 256;
+pub const MASK_MARGIN: usize = 256;
 /// What a credential header's value is replaced with.
 pub(crate) const REDACTED: &str = "[redacted]";
 

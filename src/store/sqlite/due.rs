@@ -2,9 +2,14 @@
 //! filled from the table, through the indexes of migration 0008. All of them read
 //! through the read-only pool, never the writer.
 //!
-//! Each statement names its index (`INDEXED BY`), so that the plan cannot silently
-//! turn into a scan of every delivery; `tests::the_due_work_queries_use_their_indexes`
+//! Each statement that walks a range names its index (`INDEXED BY`), so that the
+//! plan cannot silently turn into a scan of every delivery ([`TASKS_OF`] looks
+//! deliveries up by their primary key); `tests::the_due_work_queries_use_their_indexes`
 //! checks the plans.
+//!
+//! Fresh work is read in two steps: the ids past the window's cursor
+//! ([`FRESH_IDS_AFTER`]: index and deliveries rows only), then the tasks, payloads
+//! included, of the ids the window does not hold yet ([`TASKS_OF`]).
 
 use async_trait::async_trait;
 use futures_util::TryStreamExt;
