@@ -453,8 +453,7 @@ impl Window {
                 .collect()
         };
         let rows = self.due.tasks_of(&wanted, READ_BUDGET).await?;
-        let bytes: usize = rows.iter().map(|t| t.payload.len()).sum();
-        if bytes >= READ_BUDGET {
+        if cut_by_budget(&rows) {
             // Cut short by the budget: read on from the last task read.
             let last = rows.last().map(|t| t.delivery_id);
             return Ok((rows, false, last));
@@ -555,8 +554,12 @@ fn clamp(n: usize) -> u32 {
 /// True when a read returned less than it asked for and was not cut short by the
 /// byte budget: nothing more waits past it.
 fn short(rows: &[DeliveryTask], limit: u32) -> bool {
-    let bytes: usize = rows.iter().map(|t| t.payload.len()).sum();
-    rows.len() < limit as usize && bytes < READ_BUDGET
+    rows.len() < limit as usize && !cut_by_budget(rows)
+}
+
+/// True when a read's payloads reached the byte budget (it stopped there).
+fn cut_by_budget(rows: &[DeliveryTask]) -> bool {
+    rows.iter().map(|t| t.payload.len()).sum::<usize>() >= READ_BUDGET
 }
 
 impl Dispatch for Window {
