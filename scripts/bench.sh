@@ -137,6 +137,7 @@ done < <("$bin_dir/loadgen" source-keys)
 log="$workdir/hookbox.log"
 hookbox_pid=""
 floor_pid=""
+drain_pid=""
 
 # `stop_server PID NAME`: SIGTERM, then SIGKILL after 20s.
 stop_server() {
@@ -160,6 +161,7 @@ cleanup() {
     local status=$?
     stop_server "$hookbox_pid" hookbox
     stop_server "$floor_pid" intake-floor
+    stop_server "$drain_pid" "loadgen drain"
     if [[ $status -ne 0 && -s "$log" ]]; then
         echo "bench.sh: last lines of the hookbox log:" >&2
         tail -n 30 "$log" >&2
@@ -379,10 +381,16 @@ if [[ "$1" == drain ]]; then
     in_flight=64
     while [[ $# -gt 0 ]]; do
         case "$1" in
-            --events) events="$2"; shift 2 ;;
-            --in-flight) in_flight="$2"; shift 2 ;;
+            --events) events="${2:-}"; shift $(( $# > 1 ? 2 : 1 )) ;;
+            --in-flight) in_flight="${2:-}"; shift $(( $# > 1 ? 2 : 1 )) ;;
             *) echo "bench.sh: drain takes --events N and --in-flight M, not $1" >&2; exit 2 ;;
         esac
+    done
+    for value in "events=$events" "in-flight=$in_flight"; do
+        if ! [[ "${value#*=}" =~ ^[1-9][0-9]{0,6}$ ]]; then
+            echo "bench.sh: drain --${value%%=*} must be a whole number from 1 to 9999999, not '${value#*=}'" >&2
+            exit 2
+        fi
     done
     sink_port="$(pick_port)"
     rm -f "$workdir/handlers/"*.toml
