@@ -22,11 +22,14 @@ use super::rejected::{self, BODY_PREVIEW_BYTES, MASK_MARGIN, Reason, Refusal, Re
 use crate::model::Timestamp;
 use crate::store::StoreError;
 use crate::store::pull::{CursorRow, PullStore};
-use crate::store::rejected::{Bounds, RejectedRow, RejectedStore};
+use crate::store::rejected::{Bounds, KEPT_PER_CLASS, RejectedRow, RejectedStore};
 use crate::telemetry::names;
 
-/// Rejected requests a listing shows per source (the newest).
-pub(crate) const REJECTED_LOG_SIZE: u32 = 1000;
+/// Rejected requests a listing shows per source (the newest): every entry the
+/// log keeps — the newest 1,000 of each quota (refused before verification, and
+/// after it), so that a flood of forged requests cannot hide a real sender's
+/// refusals from the listing either.
+pub(crate) const REJECTED_LOG_SIZE: u32 = 2 * KEPT_PER_CLASS;
 
 /// Every configured source, by name.
 #[derive(Default)]

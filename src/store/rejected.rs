@@ -7,7 +7,9 @@
 //! trims its own class in the same transaction, so a flood of unsigned junk (class
 //! `unverified`) cannot push out a real sender's verified-but-refused requests
 //! (class `verified`), and the table never holds more than the bounds allow (plus
-//! the newest entry, which is always kept).
+//! the newest entry, which is always kept) — on PostgreSQL, plus at most the
+//! refusals being kept at that moment (each trims what was committed when it
+//! ran; the next one trims the rest).
 //!
 //! Ids are UUIDv7 text, so their order is arrival order on every backend.
 
@@ -39,6 +41,9 @@ impl Class {
     }
 }
 
+/// The entries the log keeps per source and class, by default.
+pub const KEPT_PER_CLASS: u32 = 1000;
+
 /// How much the log keeps, per source and class.
 #[derive(Debug, Clone, Copy)]
 pub struct Bounds {
@@ -54,7 +59,7 @@ impl Default for Bounds {
     /// 1,000 entries, 32 MiB of bodies, 7 days.
     fn default() -> Self {
         Self {
-            count: 1000,
+            count: KEPT_PER_CLASS,
             bytes: 32 << 20,
             age: Duration::from_secs(7 * 86_400),
         }
@@ -353,6 +358,60 @@ mod tests {
             1,
             "{name}"
         );
+        burst(name, store).await;
+    }
+
+    /// Refusals kept at once (SQLite's writer keeps those it receives together in
+    /// one transaction with one trim) leave what keeping them one by one leaves:
+    /// the newest within the count and bytes, the newest always. On PostgreSQL
+    /// each keep trims what was committed when it ran, so a burst may leave up to
+    /// as many more as ran at once, until the next keep trims them.
+    async fn burst(name: &str, store: Arc<dyn RejectedStore>) {
+        let bounds = Bounds {
+            count: 7,
+            bytes: 60,
+            age: Duration::from_secs(3600),
+        };
+        let row = |n: u32| {
+            let mut r = entry(
+                Class::Unverified,
+                Timestamp::now(),
+                n,
+                (n as usize * 7) % 23,
+            );
+            r.source = "burst".into();
+            r
+        };
+        let mut rows: Vec<RejectedRow> = (0..40).map(row).collect();
+        let keeps = rows.iter().map(|r| store.keep(r.clone(), bounds));
+        for kept in futures_util::future::join_all(keeps).await {
+            kept.expect("keep");
+        }
+        let listed = || async {
+            let listed = store.rejected("burst", 0, 100, 0).await.expect("list");
+            listed.iter().map(|r| r.id).collect::<Vec<Uuid>>()
+        };
+        if name == "sqlite" {
+            assert_eq!(listed().await, newest_within(&mut rows, bounds), "{name}");
+        }
+        let last = row(40);
+        store.keep(last.clone(), bounds).await.expect("keep");
+        rows.push(last);
+        assert_eq!(listed().await, newest_within(&mut rows, bounds), "{name}");
+    }
+
+    /// The ids of `rows` the bounds keep, newest first (the newest always).
+    fn newest_within(rows: &mut [RejectedRow], bounds: Bounds) -> Vec<Uuid> {
+        rows.sort_by_key(|r| std::cmp::Reverse(r.id));
+        let mut total = 0;
+        rows.iter()
+            .enumerate()
+            .take_while(|(i, r)| {
+                total += r.body_bytes;
+                *i == 0 || (*i < bounds.count as usize && total <= bounds.bytes)
+            })
+            .map(|(_, r)| r.id)
+            .collect()
     }
 
     #[tokio::test]

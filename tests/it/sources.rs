@@ -995,6 +995,44 @@ on_both_backends! {
     }
 }
 
+on_both_backends! {
+    /// Issue 27, item 11: a flood of forged requests past the log's quota neither
+    /// evicts nor hides a real sender's refusals — they keep their own quota, and
+    /// the listing shows every entry the log keeps (before, it showed the newest
+    /// 1,000, all of them junk, though the real ones were still stored).
+    fn a_flood_of_forged_requests_hides_no_real_refusal(db: &Db) {
+        let dir = new_dir();
+        write(dir.path(), "sources/stripe.toml", "kind = \"stripe\"\nsecret_env = \"STRIPE\"");
+        let sources_dir = dir.path().join("sources").to_str().unwrap().to_owned();
+        let hb = Hookbox::restart(dir.clone(), &db.env(&[("STRIPE", NEW), ("SOURCES_DIR", sources_dir.as_str())]));
+        for id in ["r1", "r2", "r3"] {
+            // Signed with the right secret, but without a type: refused after verification.
+            let untyped = sign("stripe", NEW, now(), id, &format!("{{\"id\":\"{id}\"}}"));
+            post(&hb, "stripe", &untyped).assert_problem(422, "invalid_event_type");
+        }
+        const FORGED: usize = 1_050;
+        std::thread::scope(|scope| {
+            for t in 0..6 {
+                let hb = &hb;
+                scope.spawn(move || {
+                    for i in (t..FORGED).step_by(6) {
+                        let forged = sign("stripe", OLD, now(), &format!("f{i}"), &body_for("stripe", &format!("f{i}"), 1));
+                        post(hb, "stripe", &forged).assert_problem(401, "invalid_signature");
+                    }
+                });
+            }
+        });
+        let items = hb.get("/sources/stripe/rejected").unwrap().json()["items"].as_array().unwrap().clone();
+        let real: Vec<_> = items.iter().filter(|i| i["reason"] != "signature").collect();
+        assert_eq!(real.len(), 3, "{real:?}");
+        assert!(real.iter().all(|i| i["status"] == 422 && i["retryable"] == true), "{real:?}");
+        let forged = items.len() - real.len();
+        assert_eq!(forged, 1_000, "the junk's quota is the newest 1,000");
+        let newest = items[0]["body"].as_str().unwrap();
+        assert!(newest.contains("\"f"), "newest first: {newest}");
+    }
+}
+
 /// A `token` source's proof is its secret: kept as `[redacted]`, so the entry
 /// cannot be verified again (409 `not_retryable`).
 #[test]

@@ -220,6 +220,43 @@ fn list_query(select: &str, query: &ListQuery) -> QueryBuilder<Postgres> {
     qb
 }
 
+/// Resets up to `limit` of the dead letters `filter` selects after `after` (in id
+/// order) to `pending`, returning them. Read through the index of failed
+/// deliveries (one event's: through its deliveries), the event's type and age
+/// checked per row (`EXISTS`), so that a page costs its own rows; the first
+/// version's `event_id IN (SELECT id FROM events …)` with `$n IS NULL OR …` for
+/// every filter could pass over every event for each page.
+fn replay_query(filter: &ReplayFilter, after: Option<Uuid>, limit: u32) -> QueryBuilder<Postgres> {
+    let mut qb = QueryBuilder::<Postgres>::new(
+        "UPDATE deliveries SET status = 'pending', retry_after = NULL, locked_until = NULL, \
+                locked_by = NULL, updated_at = now() \
+         WHERE id = ANY (ARRAY(SELECT d.id FROM deliveries d WHERE d.status = 'failed'",
+    );
+    if let Some(event) = filter.event {
+        qb.push(" AND d.event_id = ").push_bind(event);
+    }
+    if let Some(after) = after {
+        qb.push(" AND d.id > ").push_bind(after);
+    }
+    if let Some(handler) = &filter.handler {
+        qb.push(" AND d.handler = ").push_bind(handler.clone());
+    }
+    if filter.event_type.is_some() || filter.before.is_some() {
+        qb.push(" AND EXISTS (SELECT 1 FROM events e WHERE e.id = d.event_id");
+        if let Some(t) = &filter.event_type {
+            qb.push(" AND e.event_type = ").push_bind(t.clone());
+        }
+        if let Some(before) = filter.before {
+            qb.push(" AND e.created_at < ").push_bind(before.0);
+        }
+        qb.push(")");
+    }
+    qb.push(" ORDER BY d.id LIMIT ")
+        .push_bind(i64::from(limit))
+        .push(")) RETURNING id, event_id, handler, ordering_value");
+    qb
+}
+
 /// Deletes up to `$2` terminal events created before `$1`, oldest first, with
 /// their deliveries and attempts (one statement, so all or none; migration 0012
 /// dropped the cascading foreign keys). The ids come from the index of events by
@@ -527,25 +564,10 @@ impl Store for PgStore {
         limit: u32,
     ) -> Result<Vec<PendingDelivery>, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let rows = sqlx::query(
-            "UPDATE deliveries SET status = 'pending', retry_after = NULL, locked_until = NULL, \
-                    locked_by = NULL, updated_at = now() \
-             WHERE id IN (SELECT id FROM deliveries WHERE status = 'failed' \
-               AND ($4::text IS NULL OR handler = $4) AND ($5::uuid IS NULL OR id > $5) \
-               AND event_id IN (SELECT id FROM events WHERE ($1::uuid IS NULL OR id = $1) \
-                   AND ($2::text IS NULL OR event_type = $2) \
-                   AND ($3::timestamptz IS NULL OR created_at < $3)) \
-               ORDER BY id LIMIT $6) \
-             RETURNING id, event_id, handler, ordering_value",
-        )
-        .bind(filter.event)
-        .bind(filter.event_type.clone())
-        .bind(filter.before.map(|t| t.0))
-        .bind(filter.handler.clone())
-        .bind(after)
-        .bind(i64::from(limit))
-        .fetch_all(&mut *tx)
-        .await?;
+        let rows = replay_query(filter, after, limit)
+            .build()
+            .fetch_all(&mut *tx)
+            .await?;
         let mut replayed = Vec::with_capacity(rows.len());
         for r in &rows {
             replayed.push(PendingDelivery {

@@ -8,9 +8,9 @@
 
 use sqlx::{Connection, Executor, PgConnection, Row};
 
-use super::{EVENT_COLUMNS, PURGE, PgStore, list_query};
+use super::{EVENT_COLUMNS, PURGE, PgStore, list_query, replay_query};
 use crate::model::Status;
-use crate::store::{ClaimStore, ListQuery, Store};
+use crate::store::{ClaimStore, ListQuery, ReplayFilter, Store};
 
 fn server() -> String {
     std::env::var("HOOKBOX_TEST_PG").unwrap_or_default()
@@ -125,11 +125,19 @@ fn lines(rows: Vec<sqlx::postgres::PgRow>) -> Vec<String> {
 /// it: prepared, with the generic plan (`plan_cache_mode = force_generic_plan`),
 /// for `limit` rows (in a transaction that is rolled back).
 async fn explain_generic_claim(store: &PgStore, limit: i64) -> Vec<String> {
+    let sql = super::claim::claim_sql();
+    let types = "bigint, bigint, text, text[]";
+    let args = format!("{limit}, 30000, 'test', '{{}}'");
+    explain_generic(store, &sql, types, &args).await
+}
+
+/// The plan lines of `EXPLAIN ANALYZE` of `sql` prepared with parameters of
+/// `types`, executed with the generic plan (`plan_cache_mode =
+/// force_generic_plan`: what sqlx's cached statements get after five runs) on
+/// `args` (SQL literals), in a transaction that is rolled back.
+async fn explain_generic(store: &PgStore, sql: &str, types: &str, args: &str) -> Vec<String> {
     let mut conn = store.pool().acquire().await.expect("connection");
-    let prepare = format!(
-        "PREPARE generic_claim (bigint, bigint, text, text[]) AS {}",
-        super::claim::claim_sql()
-    );
+    let prepare = format!("PREPARE generic_plan ({types}) AS {sql}");
     conn.execute(sqlx::AssertSqlSafe(prepare))
         .await
         .expect("prepare");
@@ -137,9 +145,7 @@ async fn explain_generic_claim(store: &PgStore, limit: i64) -> Vec<String> {
     tx.execute("SET LOCAL plan_cache_mode = force_generic_plan")
         .await
         .expect("set");
-    let explain = format!(
-        "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE generic_claim ({limit}, 30000, 'test', '{{}}')"
-    );
+    let explain = format!("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE generic_plan ({args})");
     let plan = lines(
         sqlx::raw_sql(sqlx::AssertSqlSafe(explain))
             .fetch_all(&mut *tx)
@@ -147,7 +153,7 @@ async fn explain_generic_claim(store: &PgStore, limit: i64) -> Vec<String> {
             .expect("explain"),
     );
     tx.rollback().await.expect("rollback");
-    conn.execute("DEALLOCATE generic_claim")
+    conn.execute("DEALLOCATE generic_plan")
         .await
         .expect("deallocate");
     plan
@@ -210,6 +216,51 @@ async fn listing_unfinished_events_reads_the_backlog_not_the_history() {
     assert_eq!(page.items.len(), 50);
     assert!(page.items.iter().all(|e| e.status == Status::Pending));
     assert!(page.items.windows(2).all(|w| w[0].id > w[1].id));
+    drop(store);
+}
+
+/// A page of a replay reads the failed deliveries' index from where the last page
+/// ended, also in the generic plan a cached statement gets: no pass over the
+/// events.
+#[tokio::test]
+async fn a_replay_page_reads_its_own_rows() {
+    let Some(db) = TestDb::new().await else {
+        return;
+    };
+    let store = busy_store(&db).await;
+    let after = "'00000000-0000-0000-0000-000000000000'";
+    let all = replay_query(&ReplayFilter::default(), Some(uuid::Uuid::nil()), 100);
+    let typed = ReplayFilter {
+        event_type: Some("t".into()),
+        handler: Some("h".into()),
+        ..ReplayFilter::default()
+    };
+    let by_type = replay_query(&typed, Some(uuid::Uuid::nil()), 100);
+    let plans = [
+        explain_generic(
+            &store,
+            all.sql().as_str(),
+            "uuid, bigint",
+            &format!("{after}, 100"),
+        )
+        .await,
+        explain_generic(
+            &store,
+            by_type.sql().as_str(),
+            "uuid, text, text, bigint",
+            &format!("{after}, 'h', 't', 100"),
+        )
+        .await,
+    ];
+    for plan in plans {
+        let text = plan.join("\n");
+        assert!(text.contains("deliveries_dead"), "{text}");
+        assert!(!text.contains("Seq Scan"), "{text}");
+        assert!(discarded(&plan) == 0, "{text}");
+    }
+    let replayed = store.replay_page(&typed, None, 100).await.expect("replay");
+    assert_eq!(replayed.len(), 100);
+    assert!(replayed.windows(2).all(|w| w[0].delivery < w[1].delivery));
     drop(store);
 }
 

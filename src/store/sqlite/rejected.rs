@@ -1,8 +1,13 @@
-//! The rejected log on SQLite: writes are commands of the single writer (the
-//! insert and its trim in one transaction), reads go to the read pool.
+//! The rejected log on SQLite: writes are commands of the single writer, reads go
+//! to the read pool. The refusals the writer receives together are kept in one
+//! transaction with one trim per source and class ([`keep_all`]): a flood of
+//! forged requests costs the writer one commit per turn, not one per request
+//! (each commit is a wait for the intake behind it).
+
+use std::collections::HashSet;
 
 use async_trait::async_trait;
-use sqlx::{Connection, Sqlite};
+use sqlx::{Connection, Sqlite, SqliteConnection};
 use uuid::Uuid;
 
 use super::SqliteStore;
@@ -30,29 +35,41 @@ fn insert(r: &RejectedRow) -> Query<'static> {
         .bind(r.delivery_id.clone())
 }
 
+/// Keeps `rows` (each with its source's bounds) in one transaction, then trims
+/// each source and class they touch once, by the bounds of its newest row: the
+/// same entries remain as when each row is kept and trimmed in turn (a row past
+/// a bound only goes further past it as newer rows come).
+pub(super) async fn keep_all(
+    conn: &mut SqliteConnection,
+    rows: &[(RejectedRow, Bounds)],
+) -> Result<(), StoreError> {
+    let mut tx = conn.begin().await?;
+    for (r, _) in rows {
+        insert(r).execute(&mut *tx).await?;
+    }
+    let mut trimmed = HashSet::new();
+    for (r, bounds) in rows.iter().rev() {
+        if !trimmed.insert((r.source.as_str(), r.class.as_str())) {
+            continue;
+        }
+        sqlx::query(sql::TRIM)
+            .bind(&r.source)
+            .bind(r.class.as_str())
+            .bind(i64::from(bounds.count))
+            .bind(i64::try_from(bounds.bytes).unwrap_or(i64::MAX))
+            .bind(bounds.oldest_kept(r.received_at))
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
 #[async_trait]
 impl RejectedStore for SqliteStore {
     async fn keep(&self, r: RejectedRow, bounds: Bounds) -> Result<(), StoreError> {
-        let oldest = bounds.oldest_kept(r.received_at);
-        self.send(|reply| {
-            writer::solo(reply, move |conn| {
-                Box::pin(async move {
-                    let mut tx = conn.begin().await?;
-                    insert(&r).execute(&mut *tx).await?;
-                    sqlx::query(sql::TRIM)
-                        .bind(&r.source)
-                        .bind(r.class.as_str())
-                        .bind(i64::from(bounds.count))
-                        .bind(i64::try_from(bounds.bytes).unwrap_or(i64::MAX))
-                        .bind(oldest)
-                        .execute(&mut *tx)
-                        .await?;
-                    tx.commit().await?;
-                    Ok(())
-                })
-            })
-        })
-        .await
+        self.send(|reply| writer::Write::Reject(Box::new((r, bounds)), reply))
+            .await
     }
 
     async fn rejected(

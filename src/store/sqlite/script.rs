@@ -94,7 +94,7 @@ impl Script {
 
     /// The SQL text so far (for tests).
     #[cfg(test)]
-    fn sql(&self) -> &str {
+    pub(super) fn sql(&self) -> &str {
         &self.sql
     }
 }
