@@ -11,11 +11,15 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use hookbox::config::Config;
 
-/// mimalloc instead of the system allocator: a request allocates and frees many
+/// jemalloc instead of the system allocator: a request allocates and frees many
 /// small buffers on one worker thread and frees some on another, where glibc's
-/// malloc spent about a fifth of the intake path's instructions (callgrind).
+/// malloc spent about a fifth of the intake path's instructions (callgrind). Its
+/// background thread (switched on in [`serve`]) returns freed memory to the
+/// system after a few seconds, which mimalloc (the allocator before) and glibc
+/// never did once a burst of connections was gone (docs/security.md, "What a
+/// sender can and cannot do").
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// hookbox — a webhook inbox and delivery service.
 ///
@@ -203,6 +207,9 @@ async fn serve(config: Config) -> anyhow::Result<ExitCode> {
         }
     });
     hookbox::telemetry::init_tracing(&config.log_level, config.log_format);
+    if let Err(e) = tikv_jemalloc_ctl::background_thread::write(true) {
+        tracing::warn!(error = %e, "freed memory is not returned to the system: no jemalloc background thread");
+    }
     let prometheus = hookbox::telemetry::install_prometheus().context("metrics recorder")?;
     hookbox::telemetry::describe();
     let registry = match hookbox::app::load_registry(&config, &config.handlers_dir) {

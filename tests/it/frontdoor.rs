@@ -289,8 +289,9 @@ fn stalled_uploads(addr: &str, n: usize) -> Vec<TcpStream> {
 /// took 542 MiB more RSS before the body budget (release build); now bodies still
 /// arriving hold at most the budget (64 MiB at the default `MAX_BODY_BYTES`) and a
 /// connection's read buffer at most 64 KB, the requests past the budget get 503,
-/// a second wave reuses the first one's memory, and intake works again once they
-/// are gone.
+/// a second wave reuses the first one's memory, intake works again once they are
+/// gone, and the memory goes back to the system (with mimalloc RSS stayed at its
+/// peak for good).
 #[test]
 fn stalled_uploads_hold_no_more_than_the_body_budget() {
     const CONNECTIONS: usize = 300;
@@ -331,4 +332,10 @@ fn stalled_uploads_hold_no_more_than_the_body_budget() {
         peaks[1] < peaks[0] + 32,
         "a second wave took more memory again: {peaks:?} MiB"
     );
+    // jemalloc's background thread purges freed pages after its 10 s decay.
+    let back = before + (peaks[1].saturating_sub(before)) / 4 + 8;
+    let what = format!("RSS back under {back} MiB (before {before}, peaks {peaks:?})");
+    crate::harness::eventually(Duration::from_secs(60), &what, || {
+        (rss() <= back).then_some(())
+    });
 }
