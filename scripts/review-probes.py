@@ -12,13 +12,16 @@ Each probe starts its own hookbox (a release build) in a temporary folder on
             `POST /dead-letters/replay` with the destination paused (item 9):
             how long the request took, and intake's latency and statuses while
             it ran (one probe event every 20 ms).
+  poll      a poll upstream whose first page holds 300,000 items (8.6 MB; item
+            8): how long until all are stored, intake's latency and statuses
+            meanwhile, RSS at its peak, the longest line hookbox logged.
   forged    5 signed requests hookbox refuses after verifying them, then 7,000
             forged ones with 2 KB bodies from 16 connections (item 11): RSS and
             database growth, the listing's size and count, whether the 5
             verified refusals are still listed.
 
 Usage:
-  scripts/review-probes.py stalled|replay|forged [HOOKBOX_BIN] [LOADGEN_BIN]
+  scripts/review-probes.py stalled|replay|poll|forged [HOOKBOX_BIN] [LOADGEN_BIN]
 
 PERF_OUT=FILE (replay): `perf record -g` of hookbox while the replay runs.
 HOOKBOX_BIN and LOADGEN_BIN default to target/release/{hookbox,loadgen}; build
@@ -310,6 +313,71 @@ def replay(hookbox_bin, loadgen_bin, dead=200_000):
     )
 
 
+# ---------------------------------------------------------------- item 8
+
+
+def serve_pages(port, total):
+    """A poll upstream: `GET /?after=K` answers every item after K (ids 1..total)."""
+    import http.server
+    import urllib.parse
+
+    class Pages(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):
+            query = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)
+            after = int(query.get("after", ["0"])[0])
+            items = ",".join(f'{{"id":{n},"type":"t","v":"{n:08}"}}' for n in range(after + 1, total + 1))
+            body = f'{{"data":[{items}]}}'.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Pages)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+
+def poll(hookbox_bin, _loadgen, total=300_000):
+    upstream = free_port()
+    serve_pages(upstream, total)
+    manifest = (
+        'kind = "poll"\n[poll]\n'
+        f'url = "http://127.0.0.1:{upstream}/"\ncursor_param = "after"\n'
+        'items = "/data"\ninterval = "1s"\n'
+    )
+    first = len(",".join(f'{{"id":{n},"type":"t","v":"{n:08}"}}' for n in range(1, total + 1)))
+    hb = Hookbox(hookbox_bin, sources={"ledger": manifest})
+    intake = IntakeProbe(hb)
+    start, peak = time.time(), 0.0
+    stored = 0
+    while stored < total and time.time() - start < 600:
+        peak = max(peak, hb.rss())
+        _, body = hb.request("GET", "/sources")
+        listed = json.loads(body)
+        items = listed if isinstance(listed, list) else listed.get("items", [])
+        stored = sum(int(s.get("accepted", 0)) for s in items if s.get("name") == "ledger")
+        time.sleep(0.1)
+    took = time.time() - start
+    intake.stop()
+    hb.stop()
+    with open(os.path.join(hb.dir, "hookbox.log")) as f:
+        longest = max((len(line) for line in f), default=0)
+    table(
+        [
+            ("first page", f"{total:,} items, {first / 1e6:.1f} MB"),
+            ("stored", f"{stored:,} in {took:.1f} s"),
+            *intake.rows(),
+            ("RSS at its peak (sampled every 0.1 s)", f"{peak:.1f} MiB"),
+            ("longest log line", f"{longest:,} bytes"),
+        ]
+    )
+
+
 # ---------------------------------------------------------------- item 11
 
 
@@ -410,7 +478,7 @@ def read_status(s):
 
 
 def main():
-    probes = {"stalled": stalled, "replay": replay, "forged": forged}
+    probes = {"stalled": stalled, "replay": replay, "poll": poll, "forged": forged}
     if len(sys.argv) < 2 or sys.argv[1] not in probes:
         print(__doc__.strip(), file=sys.stderr)
         sys.exit(2)
