@@ -74,7 +74,7 @@ pub(crate) struct PulledItem {
     pub(crate) emitted_at: Option<crate::model::Timestamp>,
 }
 /// Dead letters replayed per transaction (`Inbox::replay`).
-pub(crate) const REPLAY_PAGE: u32 = 1000;
+pub(crate) const REPLAY_PAGE: u32 = 250;
 
 /// Why committing through the inbox failed.
 #[derive(Debug, thiserror::Error)]

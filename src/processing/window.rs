@@ -438,12 +438,27 @@ impl Window {
     /// held already (a read from a rewound cursor passes over work the window
     /// has: its payloads are not fetched again). Returns the tasks, whether nothing
     /// more waits past them, and where the next read starts.
+    ///
+    /// A read that comes back short has passed over everything stored when it
+    /// began: the next one starts after the last delivery id stored then, not
+    /// after the last id it returned. What it passed over without returning is a
+    /// skipped destination's (its lane brings the cursor back when it has room,
+    /// [`Lanes::skipped`]) or held back by its ordering key (let go when its turn
+    /// comes); anything committed since is handed to the window or rewinds it. So
+    /// a paused destination's backlog is walked once, not by every refill — a
+    /// replay of 200,000 dead letters to a paused destination rewound the window
+    /// after each page of 1,000, and each refill walked the whole growing backlog.
     async fn read_fresh(
         &self,
         from: Uuid,
         limit: u32,
         skip: &[String],
     ) -> Result<(Vec<DeliveryTask>, bool, Option<Uuid>), StoreError> {
+        let stored = if skip.is_empty() {
+            None
+        } else {
+            self.due.last_delivery_id().await?
+        };
         let ids = self.due.fresh_ids_after(from, limit, skip).await?;
         let wanted: Vec<Uuid> = {
             let state = self.lock();
@@ -459,7 +474,11 @@ impl Window {
             return Ok((rows, false, last));
         }
         let exhausted = ids.len() < limit as usize;
-        Ok((rows, exhausted, ids.last().copied()))
+        let last = match exhausted {
+            true => ids.last().copied().max(stored),
+            false => ids.last().copied(),
+        };
+        Ok((rows, exhausted, last))
     }
 
     /// Adds what a read returned, except deliveries held or let go since it began.

@@ -673,6 +673,10 @@ pub trait DueStore: Send + Sync + 'static {
         skip: &[String],
     ) -> Result<Vec<Uuid>, StoreError>;
 
+    /// The highest delivery id stored (any status), if any: how far a read of
+    /// fresh work that comes back short has passed.
+    async fn last_delivery_id(&self) -> Result<Option<Uuid>, StoreError>;
+
     /// The tasks of the deliveries among `ids` that are still unfinished, in id
     /// order, stopping early once their payloads pass `budget` bytes.
     async fn tasks_of(&self, ids: &[Uuid], budget: usize) -> Result<Vec<DeliveryTask>, StoreError>;

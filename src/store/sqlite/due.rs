@@ -167,6 +167,17 @@ impl DueStore for SqliteStore {
             .collect()
     }
 
+    async fn last_delivery_id(&self) -> Result<Option<Uuid>, StoreError> {
+        let last: Option<String> = sqlx::query_scalar("SELECT max(id) FROM deliveries")
+            .fetch_one(&self.read)
+            .await?;
+        last.map(|id| {
+            id.parse()
+                .map_err(|_| StoreError::Corrupt(format!("delivery id {id:?}")))
+        })
+        .transpose()
+    }
+
     async fn tasks_of(&self, ids: &[Uuid], budget: usize) -> Result<Vec<DeliveryTask>, StoreError> {
         if ids.is_empty() {
             return Ok(Vec::new());
