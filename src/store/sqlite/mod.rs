@@ -17,6 +17,7 @@ mod overview;
 mod pull;
 mod recent;
 mod rejected;
+mod rejected_writes;
 mod rows;
 mod script;
 mod writer;

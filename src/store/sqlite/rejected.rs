@@ -1,69 +1,15 @@
-//! The rejected log on SQLite: writes are commands of the single writer, reads go
-//! to the read pool. The refusals the writer receives together are kept in one
-//! transaction with one trim per source and class ([`keep_all`]): a flood of
-//! forged requests costs the writer one commit per turn, not one per request
-//! (each commit is a wait for the intake behind it).
-
-use std::collections::HashSet;
+//! The rejected log on SQLite: writes are commands of the single writer (a
+//! refusal to keep is [`writer::Write::Reject`], kept with the others the writer
+//! received at the same time by [`super::rejected_writes`]), reads go to the read
+//! pool.
 
 use async_trait::async_trait;
-use sqlx::{Connection, Sqlite, SqliteConnection};
 use uuid::Uuid;
 
 use super::SqliteStore;
 use super::writer;
 use crate::store::StoreError;
-use crate::store::rejected::{Bounds, RejectedRow, RejectedStore, headers_text, row, sql};
-
-type Query<'q> = sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments>;
-
-/// Binds a row for [`sql::INSERT`].
-fn insert(r: &RejectedRow) -> Query<'static> {
-    sqlx::query(sql::INSERT)
-        .bind(r.id.to_string())
-        .bind(r.source.clone())
-        .bind(r.class.as_str())
-        .bind(r.received_at.millis())
-        .bind(r.reason.clone())
-        .bind(i64::from(r.status))
-        .bind(r.code.clone())
-        .bind(r.detail.clone())
-        .bind(headers_text(&r.headers))
-        .bind(r.body.clone())
-        .bind(i64::try_from(r.body_bytes).unwrap_or(i64::MAX))
-        .bind(r.retryable)
-        .bind(r.delivery_id.clone())
-}
-
-/// Keeps `rows` (each with its source's bounds) in one transaction, then trims
-/// each source and class they touch once, by the bounds of its newest row: the
-/// same entries remain as when each row is kept and trimmed in turn (a row past
-/// a bound only goes further past it as newer rows come).
-pub(super) async fn keep_all(
-    conn: &mut SqliteConnection,
-    rows: &[(RejectedRow, Bounds)],
-) -> Result<(), StoreError> {
-    let mut tx = conn.begin().await?;
-    for (r, _) in rows {
-        insert(r).execute(&mut *tx).await?;
-    }
-    let mut trimmed = HashSet::new();
-    for (r, bounds) in rows.iter().rev() {
-        if !trimmed.insert((r.source.as_str(), r.class.as_str())) {
-            continue;
-        }
-        sqlx::query(sql::TRIM)
-            .bind(&r.source)
-            .bind(r.class.as_str())
-            .bind(i64::from(bounds.count))
-            .bind(i64::try_from(bounds.bytes).unwrap_or(i64::MAX))
-            .bind(bounds.oldest_kept(r.received_at))
-            .execute(&mut *tx)
-            .await?;
-    }
-    tx.commit().await?;
-    Ok(())
-}
+use crate::store::rejected::{Bounds, RejectedRow, RejectedStore, row, sql};
 
 #[async_trait]
 impl RejectedStore for SqliteStore {

@@ -44,7 +44,7 @@ pub(super) enum Write {
     Finish(Finish, oneshot::Sender<Result<(), StoreError>>),
     /// Keep a refused request in the rejected log (with its source's bounds):
     /// those received together are kept in one transaction after the batch
-    /// ([`super::rejected::keep_all`]).
+    /// ([`super::rejected_writes::keep_all`]).
     Reject(
         Box<(RejectedRow, Bounds)>,
         oneshot::Sender<Result<(), StoreError>>,
@@ -128,7 +128,7 @@ async fn keep_rejected(conn: &mut SqliteConnection, rejects: Vec<Write>) {
     if rows.is_empty() {
         return;
     }
-    match super::rejected::keep_all(conn, &rows).await {
+    match super::rejected_writes::keep_all(conn, &rows).await {
         Ok(()) => replies.into_iter().for_each(|r| drop(r.send(Ok(())))),
         Err(e) if rows.len() == 1 => {
             if let Some(reply) = replies.into_iter().next() {
@@ -138,7 +138,8 @@ async fn keep_rejected(conn: &mut SqliteConnection, rejects: Vec<Write>) {
         Err(e) => {
             warn!(error = %e, size = rows.len(), "rejected-log group failed; keeping one by one");
             for (row, reply) in rows.into_iter().zip(replies) {
-                let result = super::rejected::keep_all(conn, std::slice::from_ref(&row)).await;
+                let result =
+                    super::rejected_writes::keep_all(conn, std::slice::from_ref(&row)).await;
                 drop(reply.send(result));
             }
         }
