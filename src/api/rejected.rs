@@ -31,7 +31,7 @@ use crate::store::rejected::{Bounds, RejectedRow};
     params(("name" = String, Path, description = "The source's name")),
     responses(
         (status = 200, description = "`{\"items\": [...]}`: its refused requests, newest first \
-                                      (the newest 1,000 of the last 7 days; each with `id`, \
+                                      (up to 1,000 of each quota, the last 7 days; each with `id`, \
                                       `received_at`, `reason`, `detail`, `headers` with \
                                       credentials redacted, `body` cut at 1 KB, `retryable`)",
          body = serde_json::Value),

@@ -25,11 +25,10 @@ use crate::store::pull::{CursorRow, PullStore};
 use crate::store::rejected::{Bounds, KEPT_PER_CLASS, RejectedRow, RejectedStore};
 use crate::telemetry::names;
 
-/// Rejected requests a listing shows per source (the newest): every entry the
-/// log keeps — the newest 1,000 of each quota (refused before verification, and
-/// after it), so that a flood of forged requests cannot hide a real sender's
-/// refusals from the listing either.
-pub(crate) const REJECTED_LOG_SIZE: u32 = 2 * KEPT_PER_CLASS;
+/// Rejected requests a listing shows per source and quota (the newest): every
+/// entry the log keeps, so that a flood of forged requests cannot hide a real
+/// sender's refusals (the other quota) from the listing either.
+pub(crate) const REJECTED_LOG_SIZE: u32 = KEPT_PER_CLASS;
 
 /// Every configured source, by name.
 #[derive(Default)]
@@ -242,8 +241,8 @@ impl LiveSource {
         }
     }
 
-    /// The rejected log, newest first (at most [`REJECTED_LOG_SIZE`], none older
-    /// than the log keeps).
+    /// The rejected log, newest first: at most `limit` (and
+    /// [`REJECTED_LOG_SIZE`]) of each quota, none older than the log keeps.
     pub async fn rejected_log(&self, limit: u32) -> Result<Vec<RejectedRequest>, StoreError> {
         let Some(store) = self.log.get() else {
             return Ok(Vec::new());

@@ -1027,7 +1027,12 @@ on_both_backends! {
         assert_eq!(real.len(), 3, "{real:?}");
         assert!(real.iter().all(|i| i["status"] == 422 && i["retryable"] == true), "{real:?}");
         let forged = items.len() - real.len();
-        assert_eq!(forged, 1_000, "the junk's quota is the newest 1,000");
+        match db {
+            Db::Sqlite => assert_eq!(forged, 1_000, "the junk's quota is the newest 1,000"),
+            // Each refusal's trim sees what was committed when it ran: six at once
+            // may leave a few more.
+            _ => assert!((1_000..=1_006).contains(&forged), "{forged}"),
+        }
         let newest = items[0]["body"].as_str().unwrap();
         assert!(newest.contains("\"f"), "newest first: {newest}");
     }

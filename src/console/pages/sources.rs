@@ -30,7 +30,9 @@ fn state_word(state: PullState) -> String {
         .unwrap_or_default()
 }
 
-/// Rejected requests shown per source (the API keeps up to 1,000).
+/// Rejected requests shown per source and quota (refused before verification,
+/// and after it: junk cannot push a real sender's refusals off the page); the
+/// API lists up to 1,000 of each.
 const REJECTED_SHOWN: usize = 20;
 
 /// The counts of one source, as tiles.
@@ -95,7 +97,7 @@ fn rejected(s: &Session, name: &str, log: &[RejectedRequest]) -> Markup {
                 span.muted { " — verifies each again with the current secrets, as of when it came" }
             }
         }
-        @for r in log.iter().take(REJECTED_SHOWN) {
+        @for r in log {
             details.rejected {
                 summary {
                     time datetime=(r.received_at.to_rfc3339()) { (r.received_at.to_rfc3339()) }

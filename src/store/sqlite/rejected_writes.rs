@@ -31,9 +31,11 @@ fn insert(r: &RejectedRow) -> Query<'static> {
 }
 
 /// Keeps `rows` (each with its source's bounds) in one transaction, then trims
-/// each source and class they touch once, by the bounds of its newest row: the
-/// same entries remain as when each row is kept and trimmed in turn (a row past
-/// a bound only goes further past it as newer rows come).
+/// each source and class they touch once, by the bounds of the last of its rows
+/// received: the same entries remain as when each row is kept and trimmed in turn
+/// (a row past a bound only goes further past it as newer rows come) — exactly
+/// so when the rows came in id order, as they nearly always do; when two came
+/// out of order, the grouped trim is the stricter at the byte bound.
 pub(super) async fn keep_all(
     conn: &mut SqliteConnection,
     rows: &[(RejectedRow, Bounds)],
