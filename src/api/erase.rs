@@ -45,6 +45,7 @@ pub(crate) async fn erase(
                     store.forget_delivery(&name, delivery).await?;
                 }
             }
+            app.inbox.erased();
             tracing::info!(event = %id, "event erased");
             Ok(StatusCode::NO_CONTENT.into_response())
         }

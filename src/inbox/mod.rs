@@ -567,6 +567,16 @@ impl Inbox {
         .await
     }
 
+    /// An event was erased. On SQLite the window reads its table again, so that
+    /// the next delivery of an ordering key the event's delivery headed is not
+    /// left waiting for something else to wake the refill (PostgreSQL's claims
+    /// look for a key's head each time).
+    pub fn erased(&self) {
+        if let Some(window) = self.0.feed.window() {
+            window.reread();
+        }
+    }
+
     /// Hands replayed deliveries to processing.
     fn dispatch_replayed(&self, replayed: &[PendingDelivery]) {
         if let Some(window) = self.0.feed.window() {

@@ -278,6 +278,15 @@ impl Window {
         self.wake.notify_one();
     }
 
+    /// Something the table held was taken away outside the window (an event was
+    /// erased): the next delivery of an ordering key it headed is now the key's
+    /// first, wherever the cursor is, so the refill reads the table again from its
+    /// start, once.
+    pub(crate) fn reread(&self) {
+        let mut state = self.lock();
+        self.rewind(&mut state, Uuid::nil());
+    }
+
     /// A retry falls due at `at`: the refill looks for it then.
     pub(crate) fn retry_due_at(&self, at: Timestamp) {
         let mut state = self.lock();

@@ -1165,3 +1165,33 @@ fn assert_redelivered_for_a_reason(
         }
     }
 }
+
+on_both_backends! {
+/// Erasing the delivery at the head of an ordering key (waiting for its retry)
+/// lets the key's next delivery go at once: before, on SQLite, nothing told the
+/// window, and the next one waited for something else to wake its refill.
+fn erasing_the_head_of_an_ordering_key_lets_the_next_one_go(db: &Db) {
+    let rx = Receiver::start();
+    rx.then(Answer::status(500));
+    let dir = new_dir();
+    http_manifest(
+        dir.path(),
+        "ordered",
+        r#"["ordered.event"]"#,
+        &format!("{}/ordered", rx.url),
+        "max_attempts = 5\nbackoff = [\"60s\"]",
+        "ordering_key = \"/key\"",
+    );
+    let hb = Hookbox::restart(dir, &db.env(&[LOOPBACK]));
+    let head = post(&hb, "ordered.event", json!({"key": "k", "seq": 0}));
+    rx.wait_for(1, WAIT);
+    let next = post(&hb, "ordered.event", json!({"key": "k", "seq": 1}));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(rx.count(), 1, "the next one waits behind the head's retry");
+    let erased = hb.call("DELETE", &format!("/webhooks/{head}"), None, &[]);
+    assert_eq!(erased.status, 204, "{}", erased.text);
+    let got = rx.wait_for(2, Duration::from_secs(10));
+    assert_eq!(got[1].json()["payload"]["seq"], 1);
+    hb.wait_status(&next, "completed", WAIT);
+}
+}
