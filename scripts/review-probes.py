@@ -82,8 +82,10 @@ class Hookbox:
             "DB_PATH": os.path.join(self.dir, "data", "events.db"),
             "LOG_LEVEL": "warn",
         }
-        # Allocator settings to try (MIMALLOC_PURGE_DELAY=0, …) pass through.
-        full_env.update({k: v for k, v in os.environ.items() if k.startswith("MIMALLOC_")})
+        # Allocator settings to try pass through (jemalloc's _RJEM_MALLOC_CONF, or
+        # MIMALLOC_* for a build with mimalloc).
+        full_env.update({k: v for k, v in os.environ.items()
+                         if k.startswith(("MIMALLOC_", "_RJEM_MALLOC_CONF"))})
         full_env.update(env or {})
         self.log = open(os.path.join(self.dir, "hookbox.log"), "w")
         self.proc = subprocess.Popen(
@@ -95,7 +97,8 @@ class Hookbox:
                 if self.request("GET", "/health")[0] == 200:
                     return
             except OSError:
-                time.sleep(0.05)
+                pass
+            time.sleep(0.05)
         raise SystemExit(f"hookbox did not start; see {self.dir}/hookbox.log")
 
     def request(self, method, path, body=None, headers=None, timeout=60):
@@ -175,6 +178,10 @@ def table(rows):
 
 def stalled(hookbox_bin, _loadgen):
     connections, sent, declared = 1500, 1_000_000, 1 << 20
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < connections + 100:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, connections + 100), hard))
     hb = Hookbox(hookbox_bin)
     host = ("127.0.0.1", hb.port)
     before = hb.rss()
@@ -420,7 +427,8 @@ def forged(hookbox_bin, _loadgen, count=7000, threads=16):
 
     intake = IntakeProbe(hb)
     start = time.time()
-    workers = [threading.Thread(target=flood, args=(count // threads,)) for _ in range(threads)]
+    shares = [count // threads + (1 if t < count % threads else 0) for t in range(threads)]
+    workers = [threading.Thread(target=flood, args=(n,)) for n in shares]
     for w in workers:
         w.start()
     for w in workers:
@@ -473,7 +481,10 @@ def read_status(s):
         if line.lower().startswith(b"content-length:"):
             length = int(line.split(b":", 1)[1])
     while len(rest) < length:
-        rest += s.recv(65536)
+        part = s.recv(65536)
+        if not part:
+            return "closed"
+        rest += part
     return int(head.split(b" ")[1])
 
 

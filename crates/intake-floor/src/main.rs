@@ -56,7 +56,7 @@ use tokio::net::TcpListener;
 
 /// The same allocator as hookbox, so that the ratio compares the intake paths.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// Error type of startup: anything printable.
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
