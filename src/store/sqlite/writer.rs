@@ -45,14 +45,17 @@ pub(super) enum Write {
     /// Keep a refused request in the rejected log (with its source's bounds):
     /// those received together are kept in one transaction after the batch
     /// ([`super::rejected_writes::keep_all`]).
-    Reject(
-        Box<(RejectedRow, Bounds)>,
-        oneshot::Sender<Result<(), StoreError>>,
-    ),
+    Reject(Box<(RejectedRow, Bounds)>, Reply),
     /// Any other write, run alone on the write connection after the batch (in its
     /// own transaction if it opens one); it answers its caller itself.
     Solo(Solo),
 }
+
+/// Where a write with nothing to return is answered.
+pub(super) type Reply = oneshot::Sender<Result<(), StoreError>>;
+
+/// A refusal to keep, with its source's bounds, and where to answer.
+type Rejection = ((RejectedRow, Bounds), Reply);
 
 /// A write that runs alone: gets the connection, answers through its own channel.
 pub(super) type Solo =
@@ -92,22 +95,22 @@ pub(super) async fn run(
 ) {
     let mut received = Vec::with_capacity(MAX_BATCH);
     while rx.recv_many(&mut received, MAX_BATCH).await > 0 {
-        let (solos, mut batch): (Vec<Write>, Vec<Write>) = received
-            .drain(..)
-            .partition(|op| matches!(op, Write::Solo(_) | Write::Reject(..)));
+        let (mut batch, mut rejects, mut solos) = (Vec::new(), Vec::new(), Vec::new());
+        for op in received.drain(..) {
+            match op {
+                Write::Solo(f) => solos.push(f),
+                Write::Reject(row, reply) => rejects.push((*row, reply)),
+                op => batch.push(op),
+            }
+        }
         if !batch.is_empty() {
             let receipts = arrivals(&batch).count() as u64;
             commit_batch(&mut conn, &mut batch, &recent).await;
             recent.settled(receipts);
         }
-        let (rejects, solos): (Vec<Write>, Vec<Write>) = solos
-            .into_iter()
-            .partition(|op| matches!(op, Write::Reject(..)));
         keep_rejected(&mut conn, rejects).await;
-        for op in solos {
-            if let Write::Solo(f) = op {
-                f(&mut conn).await;
-            }
+        for f in solos {
+            f(&mut conn).await;
         }
     }
     if let Err(e) = conn.close().await {
@@ -117,14 +120,8 @@ pub(super) async fn run(
 
 /// Keeps the refusals received together in one transaction; when that fails,
 /// each in its own, so that one bad row fails only its own request.
-async fn keep_rejected(conn: &mut SqliteConnection, rejects: Vec<Write>) {
-    let (rows, replies): (Vec<_>, Vec<_>) = rejects
-        .into_iter()
-        .filter_map(|op| match op {
-            Write::Reject(row, reply) => Some((*row, reply)),
-            _ => None,
-        })
-        .unzip();
+async fn keep_rejected(conn: &mut SqliteConnection, rejects: Vec<Rejection>) {
+    let (rows, replies): (Vec<_>, Vec<_>) = rejects.into_iter().unzip();
     if rows.is_empty() {
         return;
     }
