@@ -34,6 +34,13 @@ impl RejectedStore for PgStore {
     async fn keep(&self, r: RejectedRow, bounds: Bounds) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         insert(&r).execute(&mut *tx).await?;
+        // One trim of a source's class at a time: two deleting overlapping rows
+        // in different orders deadlocked (40P01) under a flood. Held to the commit.
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || ':' || $2, 0))")
+            .bind(&r.source)
+            .bind(r.class.as_str())
+            .execute(&mut *tx)
+            .await?;
         sqlx::query(sql::TRIM)
             .bind(&r.source)
             .bind(r.class.as_str())
