@@ -12,6 +12,7 @@
 //! descriptor of the file would drop; the kernel releases the `flock` when the
 //! process ends, however it ends.
 
+mod checkpoint;
 mod due;
 mod overview;
 mod pull;
@@ -55,9 +56,6 @@ use writer::Write;
 /// Compiled statements the write connection keeps (see [`SqliteStore::open`]).
 const WRITER_STATEMENT_CACHE: usize = 48;
 
-/// WAL pages after which a commit checkpoints (see [`SqliteStore::open`]).
-const WAL_AUTOCHECKPOINT_PAGES: u32 = 10_000;
-
 /// How many write requests may wait for the writer before callers wait to enqueue.
 const WRITE_BACKLOG: usize = 16_384;
 
@@ -100,14 +98,13 @@ impl SqliteStore {
             // compiled script of many rows takes ~100 KB, so the cache is kept small
             // (measured RSS after the e2e and deliver benchmarks: 85 MB with 256).
             .statement_cache_capacity(WRITER_STATEMENT_CACHE)
-            // Checkpoint every 10,000 WAL pages (~40 MB) instead of SQLite's 1,000: the
-            // pages every commit rewrites (index leaves, the table's last page) are
-            // copied into the database once per checkpoint instead of ten times
-            // (measured: 7% less writer time per row on the ingest benchmark).
-            .pragma("wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES.to_string())
+            // Checkpoints run beside the writer ([`checkpoint`]); its own commits
+            // checkpoint only if that falls far behind.
+            .pragma("wal_autocheckpoint", checkpoint::BACKSTOP_PAGES.to_string())
             .connect()
             .await?;
         migrate(&mut conn).await?;
+        let checkpoints = base.clone().connect().await?;
         let read = SqlitePoolOptions::new()
             .max_connections(4)
             .min_connections(1)
@@ -117,7 +114,14 @@ impl SqliteStore {
         let recent = Arc::new(RecentKeys::new(recent_keys_bound()));
         let kept = recent.clone();
         tokio::spawn(async move {
-            writer::run(conn, rx, kept).await;
+            let finish = checkpoint::Finish::default();
+            let checkpointer = checkpoint::Checkpointer::start(
+                checkpoints,
+                finish.clone(),
+                checkpoint::Pace::default(),
+            );
+            writer::run(conn, rx, kept, finish).await;
+            checkpointer.stop().await;
             drop(lock);
         });
         Ok(Self {

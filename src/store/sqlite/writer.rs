@@ -87,11 +87,13 @@ pub(super) enum Done {
 }
 
 /// Runs until every sender is gone; keeps `recent` (the recent keys) in step with
-/// what it commits.
+/// what it commits, and finishes the WAL checkpoints `checkpoint` asks for
+/// between batches ([`super::checkpoint`]).
 pub(super) async fn run(
     mut conn: SqliteConnection,
     mut rx: mpsc::Receiver<Write>,
     recent: Arc<RecentKeys>,
+    checkpoint: super::checkpoint::Finish,
 ) {
     let mut received = Vec::with_capacity(MAX_BATCH);
     while rx.recv_many(&mut received, MAX_BATCH).await > 0 {
@@ -112,6 +114,7 @@ pub(super) async fn run(
         for f in solos {
             f(&mut conn).await;
         }
+        checkpoint.run_if_wanted(&mut conn).await;
     }
     if let Err(e) = conn.close().await {
         warn!(error = %e, "closing the write connection");

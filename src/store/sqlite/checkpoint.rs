@@ -1,0 +1,289 @@
+//! WAL checkpoints off the writer's path.
+//!
+//! SQLite's automatic checkpoint runs inside the commit that crosses its
+//! threshold: that commit copies the WAL's pages into the database and (with
+//! `synchronous=FULL`) fsyncs the file before it returns, and every request
+//! waiting for the writer waits with it. At 20,000 events a second a checkpoint of
+//! 10,000 pages came about once a second and held the writer tens of
+//! milliseconds: the p99 of intake under `wrk`.
+//!
+//! So a checkpoint comes in two parts:
+//!
+//! 1. **The bulk**: a [`Checkpointer`] runs `PRAGMA wal_checkpoint(PASSIVE)` on a
+//!    connection of its own. A passive checkpoint takes no lock a writer needs:
+//!    commits go on appending to the WAL while it copies and fsyncs.
+//! 2. **The rest**: the WAL starts again from its beginning only when a write
+//!    transaction begins with every frame copied, which under steady writes a
+//!    checkpoint beside them never sees. So once the bulk is copied the
+//!    checkpointer raises a [`Finish`] flag, and the writer, between two batches
+//!    (its callers answered), checkpoints what the commits added meanwhile — a
+//!    few hundred frames — and its next transaction starts the WAL again.
+//!
+//! The writer's connection still checkpoints by itself as a backstop
+//! ([`BACKSTOP_PAGES`]) should the checkpointer fall far behind or fail.
+//!
+//! The checkpointer's pace follows the WAL: it waits [`Pace::wait`] between
+//! checkpoints, halving the wait while one finds more than [`MANY_FRAMES`] new
+//! frames and doubling it while one finds fewer than [`FEW_FRAMES`], within
+//! [`MIN_WAIT`]..[`MAX_WAIT`]: a busy WAL is copied about every [`MANY_FRAMES`]
+//! frames (the pages commits rewrite are copied once per checkpoint, not once per
+//! commit), and an idle one costs a statement every [`MAX_WAIT`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use sqlx::SqliteConnection;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tracing::warn;
+
+/// WAL pages after which the writer's own commit checkpoints: only when the
+/// [`Checkpointer`] falls this far behind (about 400 MB of WAL).
+pub(super) const BACKSTOP_PAGES: u32 = 100_000;
+
+/// Frames found above which the next checkpoint comes sooner.
+pub(super) const MANY_FRAMES: i64 = 10_000;
+
+/// Frames found below which the next checkpoint comes later.
+pub(super) const FEW_FRAMES: i64 = 2_500;
+
+/// The shortest wait between checkpoints.
+pub(super) const MIN_WAIT: Duration = Duration::from_millis(125);
+
+/// The longest wait between checkpoints.
+pub(super) const MAX_WAIT: Duration = Duration::from_secs(8);
+
+/// The wait between checkpoints, adjusted by what each found, within bounds.
+///
+/// ```ignore
+/// let mut pace = Pace::default();
+/// pace.found(20_000); // a busy WAL: sooner
+/// assert!(pace.wait() < Duration::from_secs(1));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Pace {
+    wait: Duration,
+    min: Duration,
+    max: Duration,
+}
+
+impl Default for Pace {
+    /// One second to begin with, within [`MIN_WAIT`]..[`MAX_WAIT`].
+    fn default() -> Self {
+        Self {
+            wait: Duration::from_secs(1),
+            min: MIN_WAIT,
+            max: MAX_WAIT,
+        }
+    }
+}
+
+impl Pace {
+    /// Always `wait` (for tests).
+    #[cfg(test)]
+    pub(super) fn fixed(wait: Duration) -> Self {
+        Self {
+            wait,
+            min: wait,
+            max: wait,
+        }
+    }
+
+    /// How long to wait before the next checkpoint.
+    pub(super) fn wait(self) -> Duration {
+        self.wait
+    }
+
+    /// Adjusts the wait to a checkpoint that found `frames` new frames in the WAL.
+    pub(super) fn found(&mut self, frames: i64) {
+        if frames > MANY_FRAMES {
+            self.wait = (self.wait / 2).max(self.min);
+        } else if frames < FEW_FRAMES {
+            self.wait = (self.wait * 2).min(self.max);
+        }
+    }
+
+    /// After a failed checkpoint: the longest wait.
+    fn failed(&mut self) {
+        self.wait = self.max;
+    }
+}
+
+/// Raised by the checkpointer when the bulk of the WAL is copied; the writer
+/// finishes the checkpoint ([`Finish::run_if_wanted`]).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Finish(Arc<AtomicBool>);
+
+impl Finish {
+    /// Asks the writer to finish a checkpoint.
+    fn want(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    /// Finishes a checkpoint on the writer's `conn` if one was asked for: copies
+    /// what the WAL gained since the bulk, so that the next write transaction
+    /// starts the WAL again.
+    pub(super) async fn run_if_wanted(&self, conn: &mut SqliteConnection) {
+        if self.0.swap(false, Ordering::AcqRel) {
+            if let Err(e) = passive(conn).await {
+                warn!(error = %e, "finishing a WAL checkpoint failed");
+            }
+        }
+    }
+}
+
+/// The task that checkpoints the WAL; [`Checkpointer::stop`] ends it.
+pub(super) struct Checkpointer {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+impl Checkpointer {
+    /// Starts checkpointing on `conn` (a read-write connection to the database),
+    /// raising `finish` after each bulk copy.
+    pub(super) fn start(conn: SqliteConnection, finish: Finish, pace: Pace) -> Self {
+        let (stop, stopped) = oneshot::channel();
+        let task = tokio::spawn(run(conn, finish, pace, stopped));
+        Self { stop, task }
+    }
+
+    /// Stops the task and waits for it (a checkpoint under way finishes first).
+    pub(super) async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}
+
+async fn run(
+    mut conn: SqliteConnection,
+    finish: Finish,
+    mut pace: Pace,
+    mut stopped: oneshot::Receiver<()>,
+) {
+    let mut last = 0;
+    loop {
+        tokio::select! {
+            _ = &mut stopped => return,
+            () = tokio::time::sleep(pace.wait()) => {}
+        }
+        match passive(&mut conn).await {
+            Ok(frames) => {
+                let new = new_frames(last, frames);
+                pace.found(new);
+                last = frames;
+                if new > 0 {
+                    // Again: what the commits added during the first pass, so that
+                    // the writer's part is smaller still.
+                    if let Ok(frames) = passive(&mut conn).await {
+                        last = frames;
+                    }
+                    finish.want();
+                }
+            }
+            Err(e) => {
+                // The writer's backstop checkpoints meanwhile.
+                warn!(error = %e, "WAL checkpoint failed; retrying");
+                pace.failed();
+            }
+        }
+    }
+}
+
+/// The frames written since the last checkpoint, which found `last` in the WAL:
+/// the WAL holds its frames until the writer starts it again (after a complete
+/// checkpoint), so fewer than before means it started again.
+pub(super) fn new_frames(last: i64, frames: i64) -> i64 {
+    if frames < last { frames } else { frames - last }
+}
+
+/// Runs one passive checkpoint and answers how many frames the WAL held.
+pub(super) async fn passive(conn: &mut SqliteConnection) -> Result<i64, sqlx::Error> {
+    let (_busy, frames, _copied): (i64, i64, i64) =
+        sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
+            .fetch_one(conn)
+            .await?;
+    Ok(frames)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_wal_brings_checkpoints_sooner_and_an_idle_one_later() {
+        let mut pace = Pace::default();
+        assert_eq!(pace.wait(), Duration::from_secs(1));
+        pace.found(MANY_FRAMES + 1);
+        assert_eq!(pace.wait(), Duration::from_millis(500));
+        for _ in 0..10 {
+            pace.found(50_000);
+        }
+        assert_eq!(pace.wait(), MIN_WAIT);
+        pace.found(5_000); // within the band: unchanged
+        assert_eq!(pace.wait(), MIN_WAIT);
+        for _ in 0..20 {
+            pace.found(0);
+        }
+        assert_eq!(pace.wait(), MAX_WAIT);
+    }
+
+    /// Under steady writes a checkpoint beside them never finds every frame
+    /// copied, so without the writer's finishing step the WAL would never start
+    /// again and would hold everything written.
+    #[tokio::test]
+    async fn under_steady_writes_the_writers_finishing_step_lets_the_wal_start_again() {
+        use sqlx::ConnectOptions as _;
+        use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("wal.db");
+        let opts = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal);
+        let mut writer = opts
+            .clone()
+            .pragma("wal_autocheckpoint", "0")
+            .connect()
+            .await
+            .expect("writer");
+        sqlx::query("CREATE TABLE t (v BLOB)")
+            .execute(&mut writer)
+            .await
+            .expect("table");
+        let finish = Finish::default();
+        let checkpoints = opts.connect().await.expect("checkpoint connection");
+        let pace = Pace::fixed(Duration::from_millis(20));
+        let checkpointer = Checkpointer::start(checkpoints, finish.clone(), pace);
+        // A row to a page: every row passes through the WAL, so a WAL that never
+        // started again would be at least as large as what was written.
+        let row = vec![7_u8; 4000];
+        let mut written = 0_u64;
+        while written < 40 << 20 {
+            sqlx::query("INSERT INTO t (v) VALUES (?)")
+                .bind(&row)
+                .execute(&mut writer)
+                .await
+                .expect("insert");
+            written += row.len() as u64;
+            finish.run_if_wanted(&mut writer).await;
+        }
+        checkpointer.stop().await;
+        let wal = std::fs::metadata(dir.path().join("wal.db-wal"))
+            .expect("the WAL file")
+            .len();
+        assert!(
+            wal * 2 < written,
+            "the WAL grew to {wal} bytes for {written} bytes written: it never started again"
+        );
+    }
+
+    #[test]
+    fn frames_are_counted_from_the_last_checkpoint_or_from_a_restarted_wal() {
+        assert_eq!(new_frames(0, 12_000), 12_000);
+        assert_eq!(new_frames(12_000, 12_000), 0); // idle: nothing new
+        assert_eq!(new_frames(12_000, 15_000), 3_000);
+        assert_eq!(new_frames(12_000, 4_000), 4_000); // the WAL started again
+    }
+}
