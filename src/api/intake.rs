@@ -257,6 +257,11 @@ impl IdempotencyStore for EventsIdempotency {
         // The event row written by the handler is the record; nothing else to keep.
         Box::pin(std::future::ready(()))
     }
+
+    /// The event row is the record: the layer need not copy each response.
+    fn keeps_responses(&self) -> bool {
+        false
+    }
 }
 
 /// The 202/200 answer: the event's summary with `Location`.

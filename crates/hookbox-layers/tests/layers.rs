@@ -8,7 +8,9 @@ use axum::Router;
 use axum::body::Body;
 use axum::routing::post;
 use hookbox_layers::backpressure::{BackpressureLayer, LoadSignal};
-use hookbox_layers::idempotency::{IdempotencyLayer, MemoryStore};
+use hookbox_layers::idempotency::{
+    Begin, BoxFuture, CachedResponse, IdempotencyLayer, IdempotencyStore, Identity, MemoryStore,
+};
 use http::{Request, StatusCode};
 use tower::ServiceExt;
 
@@ -103,6 +105,69 @@ async fn idempotency_expires_keys() {
     tokio::time::sleep(Duration::from_millis(150)).await;
     app.oneshot(charge("e", "{}")).await.expect("after expiry");
     assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+/// A store that keeps no responses (its record of a key lives elsewhere): it
+/// counts the responses it is handed.
+#[derive(Default)]
+struct Elsewhere {
+    finished: AtomicUsize,
+    handed: AtomicUsize,
+}
+
+impl IdempotencyStore for Elsewhere {
+    fn identify(&self, parts: &mut http::request::Parts, _: &bytes::Bytes) -> Identity {
+        let key = parts.headers.get("idempotency-key").map(|v| v.as_bytes());
+        Identity::Keyed {
+            key: String::from_utf8_lossy(key.unwrap_or_default()).into_owned(),
+            fingerprint: String::new(),
+        }
+    }
+
+    fn begin<'a>(
+        &'a self,
+        _: &'a http::request::Parts,
+        _: &'a str,
+        _: &'a str,
+    ) -> BoxFuture<'a, Result<Begin, tower::BoxError>> {
+        Box::pin(async { Ok(Begin::Proceed) })
+    }
+
+    fn finish(&self, _: String, _: String, response: Option<CachedResponse>) -> BoxFuture<'_, ()> {
+        self.finished.fetch_add(1, Ordering::SeqCst);
+        if response.is_some() {
+            self.handed.fetch_add(1, Ordering::SeqCst);
+        }
+        Box::pin(async {})
+    }
+
+    fn keeps_responses(&self) -> bool {
+        false
+    }
+}
+
+#[tokio::test]
+async fn a_store_that_keeps_no_responses_is_handed_none_and_the_answer_goes_through() {
+    let store = Arc::new(Elsewhere::default());
+    let app = Router::new()
+        .route(
+            "/charges",
+            post(|| async { (StatusCode::CREATED, [("location", "/charges/1")], "charged") }),
+        )
+        .route_layer(IdempotencyLayer::shared(store.clone(), 1024));
+    let res = app.oneshot(charge("k", "{}")).await.expect("answer");
+    assert_eq!(res.status(), StatusCode::CREATED);
+    assert_eq!(res.headers()["location"], "/charges/1");
+    let body = axum::body::to_bytes(res.into_body(), 1024)
+        .await
+        .expect("body");
+    assert_eq!(&body[..], b"charged");
+    assert_eq!(
+        store.finished.load(Ordering::SeqCst),
+        1,
+        "the key is finished"
+    );
+    assert_eq!(store.handed.load(Ordering::SeqCst), 0, "no response copied");
 }
 
 struct Gate(AtomicUsize);

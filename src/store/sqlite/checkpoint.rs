@@ -17,7 +17,11 @@
 //!    checkpoint beside them never sees. So once the bulk is copied the
 //!    checkpointer raises a [`Finish`] flag, and the writer, between two batches
 //!    (its callers answered), checkpoints what the commits added meanwhile — a
-//!    few hundred frames — and its next transaction starts the WAL again.
+//!    few hundred frames — and its next transaction starts the WAL again. A
+//!    reader in the middle of a read can hold either step back, so the writer
+//!    ([`Finishing`]) tries again after each batch until it sees the WAL start
+//!    again ([`MAX_TRIES`] at most), as SQLite's own automatic checkpoint tries
+//!    after every commit; the checkpointer starts no bulk meanwhile.
 //!
 //! The writer's connection still checkpoints by itself as a backstop
 //! ([`BACKSTOP_PAGES`]) should the checkpointer fall far behind or fail.
@@ -30,7 +34,7 @@
 //! commit), and an idle one costs a statement every [`MAX_WAIT`].
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use sqlx::SqliteConnection;
@@ -110,27 +114,122 @@ impl Pace {
     }
 }
 
-/// Raised by the checkpointer when the bulk of the WAL is copied; the writer
-/// finishes the checkpoint ([`Finish::run_if_wanted`]).
+/// Between the checkpointer and the writer: raised by the checkpointer when the
+/// bulk of the WAL is copied, taken by the writer's [`Finishing`], lowered when
+/// the writer is done; the checkpointer starts no bulk meanwhile (its copy would
+/// keep the writer's transactions from starting the WAL again).
 #[derive(Debug, Clone, Default)]
-pub(super) struct Finish(Arc<AtomicBool>);
+pub(super) struct Finish(Arc<AtomicU8>);
+
+/// [`Finish`]'s states.
+const IDLE: u8 = 0;
+const ASKED: u8 = 1;
+const UNDER_WAY: u8 = 2;
 
 impl Finish {
     /// Asks the writer to finish a checkpoint.
     fn want(&self) {
-        self.0.store(true, Ordering::Release);
+        self.0.store(ASKED, Ordering::Release);
     }
 
-    /// Finishes a checkpoint on the writer's `conn` if one was asked for: copies
-    /// what the WAL gained since the bulk, so that the next write transaction
-    /// starts the WAL again.
-    pub(super) async fn run_if_wanted(&self, conn: &mut SqliteConnection) {
-        if self.0.swap(false, Ordering::AcqRel) {
-            if let Err(e) = passive(conn).await {
+    /// Whether a finish was asked for since the last call (it is then under way).
+    fn take(&self) -> bool {
+        self.0
+            .compare_exchange(ASKED, UNDER_WAY, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// The writer is done with it.
+    fn done(&self) {
+        self.0.store(IDLE, Ordering::Release);
+    }
+
+    /// Whether the writer has yet to finish the last bulk.
+    fn pending(&self) -> bool {
+        self.0.load(Ordering::Acquire) != IDLE
+    }
+}
+
+/// Tries of one finish at most (one between two batches) before the writer
+/// leaves it to the next bulk.
+pub(super) const MAX_TRIES: u32 = 32;
+
+/// The writer's part of a checkpoint. Asked ([`Finish`]), it checkpoints what the
+/// WAL gained since the bulk, and then, between each two batches, again until the
+/// WAL has started from its beginning: a reader in the middle of a read can keep
+/// a checkpoint from copying the newest frames, or the WAL from starting again,
+/// and SQLite's own automatic checkpoint likewise tries after every commit.
+pub(super) struct Finishing {
+    asked: Finish,
+    watch: Option<Watch>,
+}
+
+/// A finish under way: the frames its last try found (none yet if another
+/// checkpoint held the lock), and how many tries it made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Watch {
+    frames: Option<i64>,
+    tries: u32,
+}
+
+/// What a checkpoint reported: whether another held the checkpoint lock, the
+/// frames in the WAL and the frames copied into the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Found {
+    busy: bool,
+    frames: i64,
+    copied: i64,
+}
+
+impl Finishing {
+    /// The writer's part of the checkpoints `asked` asks for.
+    pub(super) fn new(asked: Finish) -> Self {
+        Self { asked, watch: None }
+    }
+
+    /// Runs between two batches: a try when one is asked for or under way.
+    pub(super) async fn between_batches(&mut self, conn: &mut SqliteConnection) {
+        let asked = self.asked.take();
+        if !asked && self.watch.is_none() {
+            return;
+        }
+        let watch = if asked { None } else { self.watch };
+        self.watch = match checkpoint(conn).await {
+            Ok(found) => next_try(watch, found),
+            Err(e) => {
                 warn!(error = %e, "finishing a WAL checkpoint failed");
+                None
             }
+        };
+        if self.watch.is_none() {
+            self.asked.done();
         }
     }
+}
+
+/// After a try that found `found`, the finish still under way, if any: done
+/// once the WAL holds fewer frames than at the last try (it started again);
+/// otherwise — frames left uncopied, another checkpoint running, or every frame
+/// copied and the start not yet seen — another try after the next batch, up to
+/// [`MAX_TRIES`].
+pub(super) fn next_try(watch: Option<Watch>, found: Found) -> Option<Watch> {
+    let tries = watch.map_or(0, |w| w.tries) + 1;
+    let last = watch.and_then(|w| w.frames);
+    if found.busy {
+        // Nothing learnt (its figures are -1): what the last try found stands.
+        return (tries < MAX_TRIES).then_some(Watch {
+            frames: last,
+            tries,
+        });
+    }
+    let started_again = last.is_some_and(|frames| found.frames < frames);
+    if started_again || tries >= MAX_TRIES {
+        return None;
+    }
+    Some(Watch {
+        frames: Some(found.frames),
+        tries,
+    })
 }
 
 /// The task that checkpoints the WAL; [`Checkpointer::stop`] ends it.
@@ -167,6 +266,9 @@ async fn run(
             _ = &mut stopped => return,
             () = tokio::time::sleep(pace.wait()) => {}
         }
+        if finish.pending() {
+            continue; // the writer is finishing the last one
+        }
         match passive(&mut conn).await {
             Ok(frames) => {
                 let new = new_frames(last, frames);
@@ -199,11 +301,19 @@ pub(super) fn new_frames(last: i64, frames: i64) -> i64 {
 
 /// Runs one passive checkpoint and answers how many frames the WAL held.
 pub(super) async fn passive(conn: &mut SqliteConnection) -> Result<i64, sqlx::Error> {
-    let (_busy, frames, _copied): (i64, i64, i64) =
-        sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
-            .fetch_one(conn)
-            .await?;
-    Ok(frames)
+    Ok(checkpoint(conn).await?.frames)
+}
+
+/// Runs one passive checkpoint and answers what it reported.
+async fn checkpoint(conn: &mut SqliteConnection) -> Result<Found, sqlx::Error> {
+    let (busy, frames, copied): (i64, i64, i64) = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
+        .fetch_one(conn)
+        .await?;
+    Ok(Found {
+        busy: busy != 0,
+        frames,
+        copied,
+    })
 }
 
 #[cfg(test)]
@@ -231,7 +341,7 @@ mod tests {
     /// Under steady writes a checkpoint beside them never finds every frame
     /// copied, so without the writer's finishing step the WAL would never start
     /// again and would hold everything written.
-    #[tokio::test]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn under_steady_writes_the_writers_finishing_step_lets_the_wal_start_again() {
         use sqlx::ConnectOptions as _;
         use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
@@ -256,20 +366,23 @@ mod tests {
         let checkpoints = opts.connect().await.expect("checkpoint connection");
         let pace = Pace::fixed(Duration::from_millis(20));
         let checkpointer = Checkpointer::start(checkpoints, finish.clone(), pace);
+        let mut finishing = Finishing::new(finish);
         // A row to a page: every row passes through the WAL, so a WAL that never
         // started again would be at least as large as what was written.
         let row = vec![7_u8; 4000];
         let mut written = 0_u64;
-        while written < 40 << 20 {
+        while written < 64 << 20 {
             sqlx::query("INSERT INTO t (v) VALUES (?)")
                 .bind(&row)
                 .execute(&mut writer)
                 .await
                 .expect("insert");
             written += row.len() as u64;
-            finish.run_if_wanted(&mut writer).await;
+            finishing.between_batches(&mut writer).await;
         }
         checkpointer.stop().await;
+        // Never started again, the WAL would hold at least what was written; each
+        // cycle here is a few MB (one a scheduling hiccup made 28 MB).
         let wal = std::fs::metadata(dir.path().join("wal.db-wal"))
             .expect("the WAL file")
             .len();
@@ -277,6 +390,57 @@ mod tests {
             wal * 2 < written,
             "the WAL grew to {wal} bytes for {written} bytes written: it never started again"
         );
+    }
+
+    fn found(frames: i64) -> Found {
+        Found {
+            busy: false,
+            frames,
+            copied: frames,
+        }
+    }
+
+    #[test]
+    fn a_finish_tries_until_the_wal_starts_again() {
+        let watch = |frames, tries| Some(Watch { frames, tries });
+        // Asked: every frame copied; see after the next batch whether it started.
+        let first = next_try(None, found(9_000));
+        assert_eq!(first, watch(Some(9_000), 1));
+        // A reader kept it from starting again: more frames, try again.
+        let second = next_try(first, found(9_020));
+        assert_eq!(second, watch(Some(9_020), 2));
+        // Frames left uncopied: try again.
+        let partial = Found {
+            busy: false,
+            frames: 9_040,
+            copied: 9_000,
+        };
+        let third = next_try(second, partial);
+        assert_eq!(third, watch(Some(9_040), 3));
+        // Another checkpoint held the lock (it reports -1): what the last try
+        // found stands.
+        let busy = Found {
+            busy: true,
+            frames: -1,
+            copied: -1,
+        };
+        assert_eq!(next_try(third, busy), watch(Some(9_040), 4));
+        // Fewer frames than at the last try: the WAL started again.
+        assert_eq!(next_try(third, found(20)), None);
+        // A first try that met the lock has nothing to compare with yet.
+        let blocked = next_try(None, busy);
+        assert_eq!(blocked, watch(None, 1));
+        assert_eq!(next_try(blocked, found(20)), watch(Some(20), 2));
+    }
+
+    #[test]
+    fn a_finish_gives_up_after_its_tries() {
+        let mut watch = next_try(None, found(100));
+        for n in 2..MAX_TRIES {
+            watch = next_try(watch, found(100 + i64::from(n)));
+            assert!(watch.is_some(), "try {n}");
+        }
+        assert_eq!(next_try(watch, found(1_000)), None);
     }
 
     #[test]

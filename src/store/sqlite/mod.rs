@@ -120,7 +120,8 @@ impl SqliteStore {
                 finish.clone(),
                 checkpoint::Pace::default(),
             );
-            writer::run(conn, rx, kept, finish).await;
+            let finishing = checkpoint::Finishing::new(finish);
+            writer::run(conn, rx, kept, finishing).await;
             checkpointer.stop().await;
             drop(lock);
         });

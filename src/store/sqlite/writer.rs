@@ -93,7 +93,7 @@ pub(super) async fn run(
     mut conn: SqliteConnection,
     mut rx: mpsc::Receiver<Write>,
     recent: Arc<RecentKeys>,
-    checkpoint: super::checkpoint::Finish,
+    mut checkpoint: super::checkpoint::Finishing,
 ) {
     let mut received = Vec::with_capacity(MAX_BATCH);
     while rx.recv_many(&mut received, MAX_BATCH).await > 0 {
@@ -114,7 +114,7 @@ pub(super) async fn run(
         for f in solos {
             f(&mut conn).await;
         }
-        checkpoint.run_if_wanted(&mut conn).await;
+        checkpoint.between_batches(&mut conn).await;
     }
     if let Err(e) = conn.close().await {
         warn!(error = %e, "closing the write connection");

@@ -150,6 +150,15 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         fingerprint: String,
         response: Option<CachedResponse>,
     ) -> BoxFuture<'_, ()>;
+
+    /// Whether [`IdempotencyStore::finish`] keeps the responses it is handed (the
+    /// default). A store whose record of a key lives elsewhere — hookbox's intake,
+    /// where the event row is the record — answers `false`: the layer then calls
+    /// `finish` with `None` and sends the inner service's response as it is,
+    /// without buffering and copying every one.
+    fn keeps_responses(&self) -> bool {
+        true
+    }
 }
 
 /// How long the layer waits, by default, for a request's whole body (counted from
@@ -334,6 +343,10 @@ where
                     return Err(e);
                 }
             };
+            if !store.keeps_responses() {
+                store.finish(key, fingerprint, None).await;
+                return Ok(res.map(Either::Left));
+            }
             let (res, cached) = snapshot(res).await;
             store.finish(key, fingerprint, cached).await;
             Ok(res)
