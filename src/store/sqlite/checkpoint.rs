@@ -43,8 +43,9 @@ use tokio::task::JoinHandle;
 use tracing::warn;
 
 /// WAL pages after which the writer's own commit checkpoints: only when the
-/// [`Checkpointer`] falls this far behind (about 400 MB of WAL).
-pub(super) const BACKSTOP_PAGES: u32 = 100_000;
+/// [`Checkpointer`] falls this far behind (about 80 MB of WAL) — a burst after a
+/// quiet spell, before the pace has caught up, or a checkpointer that fails.
+pub(super) const BACKSTOP_PAGES: u32 = 20_000;
 
 /// Frames found above which the next checkpoint comes sooner.
 pub(super) const MANY_FRAMES: i64 = 10_000;
@@ -55,15 +56,16 @@ pub(super) const FEW_FRAMES: i64 = 2_500;
 /// The shortest wait between checkpoints.
 pub(super) const MIN_WAIT: Duration = Duration::from_millis(125);
 
-/// The longest wait between checkpoints.
-pub(super) const MAX_WAIT: Duration = Duration::from_secs(8);
+/// The longest wait between checkpoints: at 40,000 frames a second (intake at its
+/// peak here) a second's frames are twice the backstop, so not longer.
+pub(super) const MAX_WAIT: Duration = Duration::from_secs(1);
 
 /// The wait between checkpoints, adjusted by what each found, within bounds.
 ///
 /// ```ignore
 /// let mut pace = Pace::default();
-/// pace.found(20_000); // a busy WAL: sooner
-/// assert!(pace.wait() < Duration::from_secs(1));
+/// pace.found(0); // an idle WAL: later
+/// assert!(pace.wait() > MIN_WAIT);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Pace {
@@ -73,10 +75,12 @@ pub(super) struct Pace {
 }
 
 impl Default for Pace {
-    /// One second to begin with, within [`MIN_WAIT`]..[`MAX_WAIT`].
+    /// [`MIN_WAIT`] to begin with (the WAL file keeps the largest size it
+    /// reaches, so the first cycle must not be a long one), within
+    /// [`MIN_WAIT`]..[`MAX_WAIT`].
     fn default() -> Self {
         Self {
-            wait: Duration::from_secs(1),
+            wait: MIN_WAIT,
             min: MIN_WAIT,
             max: MAX_WAIT,
         }
@@ -277,10 +281,14 @@ async fn run(
                 if new > 0 {
                     // Again: what the commits added during the first pass, so that
                     // the writer's part is smaller still.
-                    if let Ok(frames) = passive(&mut conn).await {
-                        last = frames;
-                    }
+                    let _ = passive(&mut conn).await;
                     finish.want();
+                    // The next bulk comes once the writer is done, which is once the
+                    // WAL started again (or the writer gave up): count all it finds
+                    // as new. Counting from the frames seen now would take a WAL that
+                    // started again and grew past them for one that barely grew, and
+                    // slow the pace while the WAL grows (an hour's soak saw 214 MB).
+                    last = 0;
                 }
             }
             Err(e) => {
@@ -292,9 +300,10 @@ async fn run(
     }
 }
 
-/// The frames written since the last checkpoint, which found `last` in the WAL:
-/// the WAL holds its frames until the writer starts it again (after a complete
-/// checkpoint), so fewer than before means it started again.
+/// The frames written since the last checkpoint, which found `last` in the WAL
+/// (0 when a finish was asked for since: the WAL has started again): the WAL
+/// holds its frames until the writer starts it again, so fewer than before means
+/// it started again.
 pub(super) fn new_frames(last: i64, frames: i64) -> i64 {
     if frames < last { frames } else { frames - last }
 }
@@ -323,9 +332,11 @@ mod tests {
     #[test]
     fn a_busy_wal_brings_checkpoints_sooner_and_an_idle_one_later() {
         let mut pace = Pace::default();
-        assert_eq!(pace.wait(), Duration::from_secs(1));
+        assert_eq!(pace.wait(), MIN_WAIT);
+        pace.found(0);
+        assert_eq!(pace.wait(), Duration::from_millis(250));
         pace.found(MANY_FRAMES + 1);
-        assert_eq!(pace.wait(), Duration::from_millis(500));
+        assert_eq!(pace.wait(), MIN_WAIT);
         for _ in 0..10 {
             pace.found(50_000);
         }
