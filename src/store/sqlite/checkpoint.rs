@@ -187,7 +187,7 @@ pub(super) struct Found {
 
 impl Finishing {
     /// The writer's part of the checkpoints `asked` asks for.
-    pub(super) fn new(asked: Finish) -> Self {
+    fn new(asked: Finish) -> Self {
         Self { asked, watch: None }
     }
 
@@ -243,12 +243,13 @@ pub(super) struct Checkpointer {
 }
 
 impl Checkpointer {
-    /// Starts checkpointing on `conn` (a read-write connection to the database),
-    /// raising `finish` after each bulk copy.
-    pub(super) fn start(conn: SqliteConnection, finish: Finish, pace: Pace) -> Self {
+    /// Starts checkpointing on `conn` (a read-write connection to the database)
+    /// at `pace`, and answers the writer's part of its checkpoints with it.
+    pub(super) fn start(conn: SqliteConnection, pace: Pace) -> (Self, Finishing) {
+        let finish = Finish::default();
         let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(run(conn, finish, pace, stopped));
-        Self { stop, task }
+        let task = tokio::spawn(run(conn, finish.clone(), pace, stopped));
+        (Self { stop, task }, Finishing::new(finish))
     }
 
     /// Stops the task and waits for it (a checkpoint under way finishes first).
@@ -373,11 +374,9 @@ mod tests {
             .execute(&mut writer)
             .await
             .expect("table");
-        let finish = Finish::default();
         let checkpoints = opts.connect().await.expect("checkpoint connection");
         let pace = Pace::fixed(Duration::from_millis(20));
-        let checkpointer = Checkpointer::start(checkpoints, finish.clone(), pace);
-        let mut finishing = Finishing::new(finish);
+        let (checkpointer, mut finishing) = Checkpointer::start(checkpoints, pace);
         // A row to a page: every row passes through the WAL, so a WAL that never
         // started again would be at least as large as what was written.
         let row = vec![7_u8; 4000];

@@ -114,13 +114,8 @@ impl SqliteStore {
         let recent = Arc::new(RecentKeys::new(recent_keys_bound()));
         let kept = recent.clone();
         tokio::spawn(async move {
-            let finish = checkpoint::Finish::default();
-            let checkpointer = checkpoint::Checkpointer::start(
-                checkpoints,
-                finish.clone(),
-                checkpoint::Pace::default(),
-            );
-            let finishing = checkpoint::Finishing::new(finish);
+            let (checkpointer, finishing) =
+                checkpoint::Checkpointer::start(checkpoints, checkpoint::Pace::default());
             writer::run(conn, rx, kept, finishing).await;
             checkpointer.stop().await;
             drop(lock);
