@@ -20,15 +20,21 @@
 //! ```
 //!
 //! The layer only records through the [`metrics`] facade: the binary installs a
-//! recorder (Prometheus, say); a library user installs whichever they like.
+//! recorder (Prometheus, say); a library user installs whichever they like. Each
+//! label set is registered once, on its first request, and its handles kept, so a
+//! request costs two atomic updates, not two registry lookups: install the
+//! recorder before the first request (a recorder installed later sees only the
+//! label sets that are new by then).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, OnceLock, RwLock};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
 use http::{Extensions, Method, Request, Response};
-use metrics::SharedString;
+use metrics::{Counter, Histogram, SharedString};
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
@@ -87,7 +93,7 @@ fn default_route(extensions: &Extensions) -> Option<&str> {
 /// Wraps services in [`HttpMetrics`].
 #[derive(Debug, Clone)]
 pub struct HttpMetricsLayer {
-    names: Names,
+    handles: Arc<Handles>,
     route: RouteLabel,
 }
 
@@ -99,9 +105,9 @@ impl Default for HttpMetricsLayer {
 
 impl HttpMetricsLayer {
     /// A layer with the [`DEFAULT_PREFIX`] and axum's matched route as the label.
-    pub const fn new() -> Self {
+    pub fn new() -> Self {
         Self {
-            names: Names::DEFAULT,
+            handles: Arc::new(Handles::new(Names::DEFAULT)),
             route: default_route,
         }
     }
@@ -114,7 +120,7 @@ impl HttpMetricsLayer {
     /// let layer = HttpMetricsLayer::new().prefix("shop_");
     /// ```
     pub fn prefix(mut self, prefix: &str) -> Self {
-        self.names = Names::prefixed(prefix);
+        self.handles = Arc::new(Handles::new(Names::prefixed(prefix)));
         self
     }
 
@@ -132,7 +138,7 @@ impl<S> Layer<S> for HttpMetricsLayer {
     fn layer(&self, inner: S) -> Self::Service {
         HttpMetrics {
             inner,
-            names: self.names.clone(),
+            handles: self.handles.clone(),
             route: self.route,
         }
     }
@@ -142,7 +148,7 @@ impl<S> Layer<S> for HttpMetricsLayer {
 #[derive(Debug, Clone)]
 pub struct HttpMetrics<S> {
     inner: S,
-    names: Names,
+    handles: Arc<Handles>,
     route: RouteLabel,
 }
 
@@ -159,31 +165,115 @@ where
     }
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        let route = (self.route)(req.extensions())
-            .unwrap_or("unmatched")
-            .to_owned();
-        let method = method_label(req.method());
+        let route = (self.route)(req.extensions()).unwrap_or("unmatched");
+        let route = self.handles.route(route);
+        let method = method_index(req.method());
         ResponseFuture {
             fut: self.inner.call(req),
             start: Instant::now(),
             method,
             route,
-            names: self.names.clone(),
+            handles: self.handles.clone(),
         }
     }
 }
 
-/// A bounded label for the method: unknown methods are `other`.
-fn method_label(m: &Method) -> &'static str {
+/// The bounded labels for the method: unknown methods are `other`.
+const METHODS: [&str; 8] = [
+    "GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS", "other",
+];
+
+/// The method's place in [`METHODS`].
+fn method_index(m: &Method) -> usize {
     match *m {
-        Method::GET => "GET",
-        Method::POST => "POST",
-        Method::PUT => "PUT",
-        Method::PATCH => "PATCH",
-        Method::DELETE => "DELETE",
-        Method::HEAD => "HEAD",
-        Method::OPTIONS => "OPTIONS",
-        _ => "other",
+        Method::GET => 0,
+        Method::POST => 1,
+        Method::PUT => 2,
+        Method::PATCH => 3,
+        Method::DELETE => 4,
+        Method::HEAD => 5,
+        Method::OPTIONS => 6,
+        _ => 7,
+    }
+}
+
+/// The handles registered so far, per route template; shared by every service the
+/// layer made. Routes are templates and methods and statuses few, so it stays small.
+#[derive(Debug)]
+struct Handles {
+    names: Names,
+    routes: RwLock<HashMap<String, Arc<RouteHandles>>>,
+}
+
+impl Handles {
+    fn new(names: Names) -> Self {
+        Self {
+            names,
+            routes: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// The handles of `route`, made on its first request.
+    fn route(&self, route: &str) -> Arc<RouteHandles> {
+        let found = self
+            .routes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(route)
+            .cloned();
+        found.unwrap_or_else(|| {
+            let mut routes = self.routes.write().unwrap_or_else(|e| e.into_inner());
+            routes
+                .entry(route.to_owned())
+                .or_insert_with(|| Arc::new(RouteHandles::new(route)))
+                .clone()
+        })
+    }
+}
+
+/// One route's histogram per method and counter per method and status.
+#[derive(Debug)]
+struct RouteHandles {
+    route: SharedString,
+    durations: [OnceLock<Histogram>; METHODS.len()],
+    /// `(method, status)`, where `None` is a service error.
+    counts: RwLock<Vec<(usize, Option<u16>, Counter)>>,
+}
+
+impl RouteHandles {
+    fn new(route: &str) -> Self {
+        Self {
+            route: SharedString::from(Arc::<str>::from(route)),
+            durations: Default::default(),
+            counts: RwLock::new(Vec::new()),
+        }
+    }
+
+    fn duration(&self, names: &Names, method: usize) -> &Histogram {
+        self.durations[method].get_or_init(|| {
+            metrics::histogram!(names.duration.clone(),
+                "method" => METHODS[method], "route" => self.route.clone())
+        })
+    }
+
+    fn count(&self, names: &Names, method: usize, status: Option<u16>) -> Counter {
+        let known = |counts: &[(usize, Option<u16>, Counter)]| {
+            counts
+                .iter()
+                .find(|(m, s, _)| *m == method && *s == status)
+                .map(|(_, _, counter)| counter.clone())
+        };
+        if let Some(counter) = known(&self.counts.read().unwrap_or_else(|e| e.into_inner())) {
+            return counter;
+        }
+        let mut counts = self.counts.write().unwrap_or_else(|e| e.into_inner());
+        known(&counts).unwrap_or_else(|| {
+            let label = status.map_or_else(|| "error".to_owned(), |s| s.to_string());
+            let counter = metrics::counter!(names.requests.clone(),
+                "method" => METHODS[method], "route" => self.route.clone(), "status" => label);
+            counts.push((method, status, counter.clone()));
+            counter
+        })
     }
 }
 
@@ -193,9 +283,9 @@ pin_project! {
         #[pin]
         fut: F,
         start: Instant,
-        method: &'static str,
-        route: String,
-        names: Names,
+        method: usize,
+        route: Arc<RouteHandles>,
+        handles: Arc<Handles>,
     }
 }
 
@@ -208,16 +298,12 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let out = std::task::ready!(this.fut.poll(cx));
-        let status = match &out {
-            Ok(res) => res.status().as_u16().to_string(),
-            Err(_) => "error".to_owned(),
-        };
-        let route = std::mem::take(this.route);
-        let names = &*this.names;
-        metrics::histogram!(names.duration.clone(), "method" => *this.method, "route" => route.clone())
+        let status = out.as_ref().ok().map(|res| res.status().as_u16());
+        let names = &this.handles.names;
+        this.route
+            .duration(names, *this.method)
             .record(this.start.elapsed().as_secs_f64());
-        metrics::counter!(names.requests.clone(), "method" => *this.method, "route" => route, "status" => status)
-            .increment(1);
+        this.route.count(names, *this.method, status).increment(1);
         Poll::Ready(out)
     }
 }

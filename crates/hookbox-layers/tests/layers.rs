@@ -275,3 +275,48 @@ fn metric_names_take_a_prefix() {
     );
     assert!(!text.contains("hookbox_"), "{text}");
 }
+
+#[test]
+fn metrics_count_each_label_set_apart() {
+    use metrics_exporter_prometheus::PrometheusBuilder;
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let app = Router::new()
+        .route(
+            "/items/{id}",
+            axum::routing::get(|| async { "item" }).post(|| async { StatusCode::CREATED }),
+        )
+        .layer(hookbox_layers::metrics::HttpMetricsLayer::new());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let sent = [
+        ("GET", "/items/1"),
+        ("GET", "/items/2"),
+        ("POST", "/items/3"),
+        ("GET", "/elsewhere"),
+        ("GET", "/items/4"),
+    ];
+    metrics::with_local_recorder(&recorder, || {
+        rt.block_on(async {
+            for (method, path) in sent {
+                let req = Request::builder()
+                    .method(method)
+                    .uri(path)
+                    .body(Body::empty())
+                    .expect("request");
+                app.clone().oneshot(req).await.expect("response");
+            }
+        });
+    });
+    let text = handle.render();
+    for line in [
+        r#"hookbox_http_requests_total{method="GET",route="/items/{id}",status="200"} 3"#,
+        r#"hookbox_http_requests_total{method="POST",route="/items/{id}",status="201"} 1"#,
+        r#"hookbox_http_requests_total{method="GET",route="unmatched",status="404"} 1"#,
+        r#"hookbox_http_request_duration_seconds_count{method="GET",route="/items/{id}"} 3"#,
+        r#"hookbox_http_request_duration_seconds_count{method="POST",route="/items/{id}"} 1"#,
+    ] {
+        assert!(text.contains(line), "{line} missing from\n{text}");
+    }
+}
