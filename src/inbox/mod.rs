@@ -376,13 +376,23 @@ impl Inbox {
         };
         let mut place = Place::take(self, &event);
         let inbox = self.clone();
+        // Only a shared store refuses a stale routing and needs the event again: the
+        // others are handed it, not a copy.
+        let shared = self.is_shared();
         detached(async move {
             let mut attempts = 0;
             loop {
                 let reservation = Reservation::take(&inbox.0.feed, &mut event);
                 let jobs = Job::for_new_event(&event);
                 let unrouted = event.deliveries.is_empty();
-                match inbox.0.store.insert_event(event.clone()).await {
+                let (event_type, payload_sha256) =
+                    (event.event_type.clone(), event.payload_sha256.clone());
+                let (sent, kept) = if shared {
+                    (event.clone(), Some(event))
+                } else {
+                    (event, None)
+                };
+                match inbox.0.store.insert_event(sent).await {
                     Ok(inserted) => {
                         if inserted.created {
                             place.keep();
@@ -390,13 +400,13 @@ impl Inbox {
                             inbox.0.feed.dispatch().submit(jobs);
                             inbox.count_received(&inserted.event.event_type, unrouted);
                         }
-                        return Ok(admission::outcome(
-                            inserted,
-                            &event.event_type,
-                            &event.payload_sha256,
-                        ));
+                        return Ok(admission::outcome(inserted, &event_type, &payload_sha256));
                     }
                     Err(StoreError::StaleRouting) if attempts < MAX_REROUTES => {
+                        let Some(again) = kept else {
+                            return Err(StoreError::StaleRouting.into());
+                        };
+                        event = again;
                         attempts += 1;
                         drop(place);
                         // Unless another request has reloaded the table meanwhile.
