@@ -21,6 +21,7 @@ mod rejected;
 mod rejected_writes;
 mod rows;
 mod script;
+mod slow_round;
 mod writer;
 
 use std::fs::File;

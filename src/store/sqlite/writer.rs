@@ -18,6 +18,7 @@ use uuid::Uuid;
 use super::recent::{self, RecentKeys};
 use super::rows::{self, SUMMARY_COLUMNS};
 use super::script::Script;
+use super::slow_round::{Part, Round};
 use crate::model::{Attempt, Finish, NewDelivery, NewEvent, Status, Subscriber, Timestamp};
 use crate::store::rejected::{Bounds, RejectedRow};
 use crate::store::rows::RowExt;
@@ -88,7 +89,8 @@ pub(super) enum Done {
 
 /// Runs until every sender is gone; keeps `recent` (the recent keys) in step with
 /// what it commits, and finishes the WAL checkpoints `checkpoint` asks for
-/// between batches ([`super::checkpoint`]).
+/// between batches ([`super::checkpoint`]). A round of one second or more is
+/// logged ([`super::slow_round`]).
 pub(super) async fn run(
     mut conn: SqliteConnection,
     mut rx: mpsc::Receiver<Write>,
@@ -105,16 +107,22 @@ pub(super) async fn run(
                 op => batch.push(op),
             }
         }
+        let mut round = Round::begin(batch.len(), solos.len());
         if !batch.is_empty() {
             let receipts = arrivals(&batch).count() as u64;
             commit_batch(&mut conn, &mut batch, &recent).await;
             recent.settled(receipts);
         }
+        round.lap(Part::Batch);
         keep_rejected(&mut conn, rejects).await;
+        round.lap(Part::Rejected);
         for f in solos {
             f(&mut conn).await;
         }
+        round.lap(Part::Solos);
         checkpoint.between_batches(&mut conn).await;
+        round.lap(Part::Checkpoint);
+        round.end();
     }
     if let Err(e) = conn.close().await {
         warn!(error = %e, "closing the write connection");
