@@ -173,7 +173,6 @@ where
             start: Instant::now(),
             method,
             route,
-            handles: self.handles.clone(),
         }
     }
 }
@@ -225,7 +224,7 @@ impl Handles {
             let mut routes = self.routes.write().unwrap_or_else(|e| e.into_inner());
             routes
                 .entry(route.to_owned())
-                .or_insert_with(|| Arc::new(RouteHandles::new(route)))
+                .or_insert_with(|| Arc::new(RouteHandles::new(route, &self.names)))
                 .clone()
         })
     }
@@ -234,6 +233,7 @@ impl Handles {
 /// One route's histogram per method and counter per method and status.
 #[derive(Debug)]
 struct RouteHandles {
+    names: Names,
     route: SharedString,
     durations: [OnceLock<Histogram>; METHODS.len()],
     /// `(method, status)`, where `None` is a service error.
@@ -241,39 +241,44 @@ struct RouteHandles {
 }
 
 impl RouteHandles {
-    fn new(route: &str) -> Self {
+    fn new(route: &str, names: &Names) -> Self {
         Self {
+            names: names.clone(),
             route: SharedString::from(Arc::<str>::from(route)),
             durations: Default::default(),
             counts: RwLock::new(Vec::new()),
         }
     }
 
-    fn duration(&self, names: &Names, method: usize) -> &Histogram {
-        self.durations[method].get_or_init(|| {
-            metrics::histogram!(names.duration.clone(),
-                "method" => METHODS[method], "route" => self.route.clone())
-        })
-    }
-
-    fn count(&self, names: &Names, method: usize, status: Option<u16>) -> Counter {
-        let known = |counts: &[(usize, Option<u16>, Counter)]| {
-            counts
-                .iter()
-                .find(|(m, s, _)| *m == method && *s == status)
-                .map(|(_, _, counter)| counter.clone())
+    /// Records one request: its duration and its answer (`None`: a service error).
+    fn record(&self, method: usize, status: Option<u16>, seconds: f64) {
+        self.durations[method]
+            .get_or_init(|| {
+                metrics::histogram!(self.names.duration.clone(),
+                    "method" => METHODS[method], "route" => self.route.clone())
+            })
+            .record(seconds);
+        let counted = |counts: &[(usize, Option<u16>, Counter)]| match counts
+            .iter()
+            .find(|(m, s, _)| *m == method && *s == status)
+        {
+            Some((_, _, counter)) => {
+                counter.increment(1);
+                true
+            }
+            None => false,
         };
-        if let Some(counter) = known(&self.counts.read().unwrap_or_else(|e| e.into_inner())) {
-            return counter;
+        if counted(&self.counts.read().unwrap_or_else(|e| e.into_inner())) {
+            return;
         }
         let mut counts = self.counts.write().unwrap_or_else(|e| e.into_inner());
-        known(&counts).unwrap_or_else(|| {
+        if !counted(&counts) {
             let label = status.map_or_else(|| "error".to_owned(), |s| s.to_string());
-            let counter = metrics::counter!(names.requests.clone(),
+            let counter = metrics::counter!(self.names.requests.clone(),
                 "method" => METHODS[method], "route" => self.route.clone(), "status" => label);
-            counts.push((method, status, counter.clone()));
-            counter
-        })
+            counter.increment(1);
+            counts.push((method, status, counter));
+        }
     }
 }
 
@@ -285,7 +290,6 @@ pin_project! {
         start: Instant,
         method: usize,
         route: Arc<RouteHandles>,
-        handles: Arc<Handles>,
     }
 }
 
@@ -299,11 +303,8 @@ where
         let this = self.project();
         let out = std::task::ready!(this.fut.poll(cx));
         let status = out.as_ref().ok().map(|res| res.status().as_u16());
-        let names = &this.handles.names;
         this.route
-            .duration(names, *this.method)
-            .record(this.start.elapsed().as_secs_f64());
-        this.route.count(names, *this.method, status).increment(1);
+            .record(*this.method, status, this.start.elapsed().as_secs_f64());
         Poll::Ready(out)
     }
 }
