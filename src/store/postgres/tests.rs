@@ -902,3 +902,171 @@ async fn young_tables_are_analysed_as_they_fill() {
     .expect("pg_stats");
     assert!(bounds <= 11, "{bounds} histogram bounds");
 }
+
+/// A full batch of outcomes (512, on tables analysed while idle: the statistics
+/// the finisher's cached plan meets in production) is recorded whole, and the
+/// join planner setting the recording turns off for one statement (migration
+/// 0025) is the caller's again afterwards, whatever it was.
+#[tokio::test]
+async fn a_full_batch_of_outcomes_is_recorded_and_the_planner_is_left_as_found() {
+    use crate::model::{Attempt, AttemptOutcome, Finish, Status, Timestamp};
+    let Some(db) = TestDb::new().await else {
+        return;
+    };
+    let store = PgStore::open(&db.url, 2).await.expect("open");
+    store
+        .pool()
+        .execute(sqlx::raw_sql(
+            "ANALYZE;
+             INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256,
+                                 status, created_at, updated_at)
+             SELECT gen_random_uuid(), 'k' || g, 't', '{}', '-', 'pending', now(), now()
+             FROM generate_series(1, 512) g;
+             INSERT INTO deliveries (id, event_id, handler, created_at, updated_at)
+             SELECT gen_random_uuid(), id, 'h', now(), now() FROM events;",
+        ))
+        .await
+        .expect("fill");
+    let claimed = store
+        .claim(512, std::time::Duration::from_secs(30), &[])
+        .await
+        .expect("claim")
+        .tasks;
+    assert_eq!(claimed.len(), 512);
+    let finishes: Vec<Finish> = claimed
+        .iter()
+        .map(|t| Finish {
+            delivery_id: t.delivery_id,
+            event_id: t.event_id,
+            status: Status::Completed,
+            attempts: 1,
+            last_error: None,
+            retry_after: None,
+            attempt: Some(Attempt {
+                handler: t.handler.clone(),
+                attempt: 1,
+                started_at: chrono::Utc::now(),
+                duration_ms: 1,
+                outcome: AttemptOutcome::Completed,
+                response_status: None,
+                response_body: None,
+                request: None,
+                error: None,
+            }),
+        })
+        .collect();
+    let batch: Vec<&Finish> = finishes.iter().collect();
+    let recorded = super::finisher::record(store.pool(), &store.owner, &batch, Timestamp::now())
+        .await
+        .expect("record");
+    assert_eq!(recorded, 512);
+    let counts: (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM deliveries WHERE status = 'completed'),
+                (SELECT count(*) FROM events WHERE status = 'completed'),
+                (SELECT count(*) FROM attempts)",
+    )
+    .fetch_one(store.pool())
+    .await
+    .expect("counts");
+    assert_eq!(counts, (512, 512, 512));
+
+    let mut tx = store.pool().begin().await.expect("begin");
+    for before in ["off", "on"] {
+        tx.execute(sqlx::AssertSqlSafe(format!(
+            "SET LOCAL enable_nestloop = {before}"
+        )))
+        .await
+        .expect("set");
+        let empty = "SELECT hookbox_finish_attempts('o', '{}', '{}', '{}', '{}', '{}', '{}', \
+                     '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}')";
+        let none: i32 = sqlx::query_scalar(empty)
+            .fetch_one(&mut *tx)
+            .await
+            .expect("empty batch");
+        assert_eq!(none, 0);
+        let after: String = sqlx::query_scalar("SELECT current_setting('enable_nestloop')")
+            .fetch_one(&mut *tx)
+            .await
+            .expect("setting");
+        assert_eq!(after, before);
+    }
+    tx.rollback().await.expect("rollback");
+    drop(store);
+}
+
+/// Recording a batch of outcomes joins the batch to its deliveries by hash, not
+/// by a nested loop that reads the whole batch once per delivery (migration
+/// 0025): the plan of the statement inside `hookbox_finish_attempts`, as its
+/// cached generic plan runs it on tables analysed while idle, taken with
+/// auto_explain through `psql` (the only client here that shows the notices it
+/// sends).
+#[tokio::test]
+async fn recording_outcomes_reads_the_batch_once() {
+    let Some(db) = TestDb::new().await else {
+        return;
+    };
+    let store = PgStore::open(&db.url, 2).await.expect("open");
+    store
+        .pool()
+        .execute(sqlx::raw_sql(
+            "ANALYZE;
+             INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256,
+                                 status, created_at, updated_at)
+             SELECT gen_random_uuid(), 'k' || g, 't', '{}', '-', 'pending', now(), now()
+             FROM generate_series(1, 512) g;
+             INSERT INTO deliveries (id, event_id, handler, created_at, updated_at)
+             SELECT gen_random_uuid(), id, 'h', now(), now() FROM events;",
+        ))
+        .await
+        .expect("fill");
+    let claimed = store
+        .claim(512, std::time::Duration::from_secs(30), &[])
+        .await
+        .expect("claim")
+        .tasks;
+    assert_eq!(claimed.len(), 512);
+    let n = "array_fill(1, ARRAY[512])";
+    let none = |t: &str| format!("array_fill(NULL::{t}, ARRAY[512])");
+    let record = format!(
+        "SELECT hookbox_finish_attempts('{owner}', \
+         ARRAY(SELECT id FROM deliveries ORDER BY id), \
+         ARRAY(SELECT event_id FROM deliveries ORDER BY event_id), \
+         array_fill('completed'::text, ARRAY[512]), {n}, {text}, {ts}, \
+         array_fill('h'::text, ARRAY[512]), {n}, array_fill(now(), ARRAY[512]), \
+         array_fill(1::bigint, ARRAY[512]), array_fill('completed'::text, ARRAY[512]), \
+         {int}, {text}, {text}, {text})",
+        owner = store.owner,
+        text = none("text"),
+        ts = none("timestamptz"),
+        int = none("integer"),
+    );
+    let out = std::process::Command::new("psql")
+        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", &db.url])
+        .args(["-c", "LOAD 'auto_explain'"])
+        .args(["-c", "SET auto_explain.log_min_duration = 0"])
+        .args(["-c", "SET auto_explain.sample_rate = 1"])
+        .args(["-c", "SET auto_explain.log_nested_statements = on"])
+        .args(["-c", "SET auto_explain.log_analyze = on"])
+        .args(["-c", "SET auto_explain.log_level = notice"])
+        .args(["-c", "SET plan_cache_mode = force_generic_plan"])
+        .args(["-c", &record])
+        .output()
+        .expect("psql (the PostgreSQL client) runs");
+    let notices = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{notices}");
+    assert!(
+        notices.contains("Update on deliveries"),
+        "auto_explain showed no plan of the update: {notices}"
+    );
+    let rescanned = notices
+        .lines()
+        .filter_map(|l| l.split("Rows Removed by Join Filter: ").nth(1))
+        .filter_map(|n| n.trim().parse::<u64>().ok())
+        .max()
+        .unwrap_or(0);
+    assert!(
+        rescanned < 512,
+        "the batch was read once per delivery ({rescanned} rows removed by a join filter): {notices}"
+    );
+    drop(store);
+}
