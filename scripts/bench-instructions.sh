@@ -13,6 +13,8 @@
 #   e2e        one no-op `log` handler: intake and one delivery per event
 #   e2e+otlp   as e2e, with OTEL_EXPORTER_OTLP_ENDPOINT at a local sink that
 #              answers 200 (spans exported)
+#   e2e+http   as e2e, the handler `kind = "http"` posting to a local receiver that
+#              answers 200 on kept-alive connections (what a delivery costs)
 # MODES (default "intake e2e e2e+otlp") picks modes; SMALL and LARGE (default 1000 and 4000) set the two event counts; CONNECTIONS
 # (default 8) the posting connections. Needs valgrind and python3 (the sink).
 set -euo pipefail
@@ -33,19 +35,29 @@ pick_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
-# An OTLP sink: answers 200 to every POST, keeps nothing.
-sink_port="$(pick_port)"
-python3 - "$sink_port" <<'PY' &
+# A sink: answers 200 to every POST, keeps nothing; on HTTP/1.1 (connections kept
+# alive, as a webhook receiver's are) when its second argument is 1.1. One for the
+# OTLP exporter, one for http deliveries.
+sink() {
+    python3 - "$1" "$2" <<'PY' &
 import http.server, sys
 class H(http.server.BaseHTTPRequestHandler):
+    if sys.argv[2] == "1.1":
+        protocol_version = "HTTP/1.1"
     def do_POST(self):
         self.rfile.read(int(self.headers.get("content-length", 0)))
         self.send_response(200); self.send_header("content-length", "0"); self.end_headers()
     def log_message(self, *a): pass
 http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 PY
+}
+sink_port="$(pick_port)"
+sink "$sink_port" 1.0
 sink=$!
-trap 'kill $sink 2>/dev/null || true' EXIT
+receiver_port="$(pick_port)"
+sink "$receiver_port" 1.1
+receiver=$!
+trap 'kill $sink $receiver 2>/dev/null || true' EXIT
 
 # total_instructions BIN MODE EVENTS
 total_instructions() {
@@ -53,12 +65,18 @@ total_instructions() {
     port="$(pick_port)"
     work="$(mktemp -d "${TMPDIR:-/tmp}/hookbox-cg.XXXXXX")"
     mkdir "$work/handlers"
-    printf 'event_types = ["bench.e2e"]\nkind = "log"\n' >"$work/handlers/noop.toml"
+    if [ "$mode" = e2e+http ]; then
+        printf 'event_types = ["bench.e2e"]\nkind = "http"\n[http]\nurl = "http://127.0.0.1:%s/hook"\n' \
+            "$receiver_port" >"$work/handlers/receiver.toml"
+    else
+        printf 'event_types = ["bench.e2e"]\nkind = "log"\n' >"$work/handlers/noop.toml"
+    fi
     local env=(BIND_ADDR="127.0.0.1:$port" DB_PATH="$work/events.db" HANDLERS_DIR="$work/handlers"
         SOURCES_DIR="$work/none" LOG_LEVEL=warn)
     case "$mode" in
         intake) env+=(WORKER_COUNT=0) ;;
         e2e+otlp) env+=(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$sink_port") ;;
+        e2e+http) env+=(ALLOWED_TARGETS=127.0.0.0/8) ;;
     esac
     out="$work/callgrind.out"
     env -i PATH="$PATH" "${env[@]}" valgrind --tool=callgrind --callgrind-out-file="$out" \

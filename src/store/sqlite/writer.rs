@@ -624,12 +624,23 @@ pub(super) async fn count_receipts(
 }
 
 /// One multi-row INSERT that skips taken keys, then a row with how many it inserted.
+///
+/// Its rows are padded to one of [`SHAPES`] with rows of NULLs, which the `WHERE`
+/// leaves out: the batch's script is then one of few texts, each compiled once
+/// and kept (`WRITER_STATEMENT_CACHE`), where
+/// every batch size was a text of its own, parsed and planned again.
 pub(super) fn insert_events(script: &mut Script, events: &[&NewEvent]) {
     script.push(
         "INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256, \
-         status, created_at, updated_at, source, traceparent, tracestate) ",
+         status, created_at, updated_at, source, traceparent, tracestate) SELECT * FROM (",
     );
-    script.push_values(events, |mut row, e| {
+    script.push_values(padded(events), |mut row, e| {
+        let Some(e) = e else {
+            for _ in 0..11 {
+                row.push_bind(None::<String>);
+            }
+            return;
+        };
         let created = e.created_at.to_rfc3339();
         // An event no handler routes is complete at once (docs/states.md); the answer to
         // its POST still says `pending`, the status every new event is accepted in.
@@ -654,17 +665,33 @@ pub(super) fn insert_events(script: &mut Script, events: &[&NewEvent]) {
                     .and_then(|t| t.tracestate().map(str::to_owned)),
             );
     });
-    script.push(" ON CONFLICT (idempotency_key) DO NOTHING; SELECT changes();");
+    script.push(
+        ") WHERE column1 IS NOT NULL ON CONFLICT (idempotency_key) DO NOTHING; SELECT changes();",
+    );
+}
+
+/// `items`, then `None`s up to the smallest of [`SHAPES`] that holds them all.
+fn padded<T: Copy>(items: &[T]) -> impl Iterator<Item = Option<T>> + '_ {
+    let rows = shape([items.len(), 0, 0, 0]);
+    let padding = std::iter::repeat_n(None, rows.saturating_sub(items.len()));
+    items.iter().copied().map(Some).chain(padding)
 }
 
 /// The deliveries of the events that were inserted (an event whose key was taken
-/// was not, and its fresh id is in no row, so its deliveries are skipped).
+/// was not, and its fresh id is in no row, so its deliveries are skipped), padded
+/// as [`insert_events`] pads: a row of NULLs names no event.
 pub(super) fn insert_deliveries(script: &mut Script, rows: &[(&NewEvent, &NewDelivery)]) {
     script.push(
         "INSERT INTO deliveries (id, event_id, handler, ordering_value, created_at, updated_at) \
          SELECT v.* FROM (",
     );
-    script.push_values(rows, |mut row, (e, d)| {
+    script.push_values(padded(rows), |mut row, item| {
+        let Some((e, d)) = item else {
+            for _ in 0..6 {
+                row.push_bind(None::<String>);
+            }
+            return;
+        };
         let created = e.created_at.to_rfc3339();
         row.push_bind(d.id.to_string())
             .push_bind(e.id.to_string())
@@ -816,8 +843,12 @@ fn arrivals(ops: &[Write]) -> impl Iterator<Item = (Uuid, Timestamp)> + '_ {
 #[cfg(test)]
 mod tests {
     use super::super::query_plan as plan;
-    use super::{PURGE, ROWS_PER_STATEMENT, SHAPES, Script, replay_selection, shape};
+    use super::{
+        PURGE, ROWS_PER_STATEMENT, SHAPES, Script, insert_deliveries, insert_events,
+        replay_selection, shape,
+    };
     use crate::model::Timestamp;
+    use crate::model::{NewDelivery, NewEvent};
     use crate::store::ReplayFilter;
 
     /// Delivery work comes in few statement shapes, each large enough for every
@@ -837,6 +868,43 @@ mod tests {
             );
         }
         assert_eq!(shape([900, 3, 0, 0]), ROWS_PER_STATEMENT);
+    }
+
+    /// Batches of intake of near sizes are one script text (compiled once and
+    /// kept): their rows are padded to the same shape. A padding row is NULLs, which
+    /// the events table refuses: were one not left out, its batch would fail.
+    #[test]
+    fn intake_batches_of_near_sizes_share_one_script() {
+        let events: Vec<NewEvent> = (0..7)
+            .map(|i| NewEvent {
+                id: uuid::Uuid::now_v7(),
+                idempotency_key: format!("k{i}"),
+                event_type: "t".into(),
+                payload: "{}".into(),
+                payload_sha256: "-".into(),
+                created_at: Timestamp::now(),
+                source: None,
+                trace: None,
+                routing_version: 0,
+                claim_lease: None,
+                deliveries: vec![NewDelivery {
+                    id: uuid::Uuid::now_v7(),
+                    handler: "h".into(),
+                    ordering_value: None,
+                }],
+            })
+            .collect();
+        let script = |n: usize| {
+            let batch: Vec<&NewEvent> = events.iter().take(n).collect();
+            let deliveries: Vec<_> = batch.iter().map(|e| (*e, &e.deliveries[0])).collect();
+            let mut script = Script::new("");
+            insert_events(&mut script, &batch);
+            insert_deliveries(&mut script, &deliveries);
+            script.sql().to_owned()
+        };
+        assert_eq!(script(5), script(6));
+        assert_ne!(script(6), script(7));
+        assert_eq!(script(3).matches("(?").count(), 2 * 3);
     }
 
     /// Retention walks an index of terminal events oldest first and stops after
