@@ -903,16 +903,10 @@ async fn young_tables_are_analysed_as_they_fill() {
     assert!(bounds <= 11, "{bounds} histogram bounds");
 }
 
-/// A full batch of outcomes (512, on tables analysed while idle: the statistics
-/// the finisher's cached plan meets in production) is recorded whole, and the
-/// join planner setting the recording turns off for one statement (migration
-/// 0025) is the caller's again afterwards, whatever it was.
-#[tokio::test]
-async fn a_full_batch_of_outcomes_is_recorded_and_the_planner_is_left_as_found() {
-    use crate::model::{Attempt, AttemptOutcome, Finish, Status, Timestamp};
-    let Some(db) = TestDb::new().await else {
-        return;
-    };
+/// A migrated store whose tables were analysed while empty (the statistics the
+/// finisher's cached plan meets in production), then given 512 events with one
+/// delivery each, all claimed by this store: a full batch of outcomes to record.
+async fn a_full_batch_claimed(db: &TestDb) -> (PgStore, Vec<crate::model::DeliveryTask>) {
     let store = PgStore::open(&db.url, 2).await.expect("open");
     store
         .pool()
@@ -933,6 +927,20 @@ async fn a_full_batch_of_outcomes_is_recorded_and_the_planner_is_left_as_found()
         .expect("claim")
         .tasks;
     assert_eq!(claimed.len(), 512);
+    (store, claimed)
+}
+
+/// A full batch of outcomes (512, on tables analysed while idle: the statistics
+/// the finisher's cached plan meets in production) is recorded whole, and the
+/// join planner setting the recording turns off for one statement (migration
+/// 0025) is the caller's again afterwards, whatever it was.
+#[tokio::test]
+async fn a_full_batch_of_outcomes_is_recorded_and_the_planner_is_left_as_found() {
+    use crate::model::{Attempt, AttemptOutcome, Finish, Status, Timestamp};
+    let Some(db) = TestDb::new().await else {
+        return;
+    };
+    let (store, claimed) = a_full_batch_claimed(&db).await;
     let finishes: Vec<Finish> = claimed
         .iter()
         .map(|t| Finish {
@@ -1005,26 +1013,7 @@ async fn recording_outcomes_reads_the_batch_once() {
     let Some(db) = TestDb::new().await else {
         return;
     };
-    let store = PgStore::open(&db.url, 2).await.expect("open");
-    store
-        .pool()
-        .execute(sqlx::raw_sql(
-            "ANALYZE;
-             INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256,
-                                 status, created_at, updated_at)
-             SELECT gen_random_uuid(), 'k' || g, 't', '{}', '-', 'pending', now(), now()
-             FROM generate_series(1, 512) g;
-             INSERT INTO deliveries (id, event_id, handler, created_at, updated_at)
-             SELECT gen_random_uuid(), id, 'h', now(), now() FROM events;",
-        ))
-        .await
-        .expect("fill");
-    let claimed = store
-        .claim(512, std::time::Duration::from_secs(30), &[])
-        .await
-        .expect("claim")
-        .tasks;
-    assert_eq!(claimed.len(), 512);
+    let (store, _claimed) = a_full_batch_claimed(&db).await;
     let n = "array_fill(1, ARRAY[512])";
     let none = |t: &str| format!("array_fill(NULL::{t}, ARRAY[512])");
     let record = format!(
