@@ -22,6 +22,12 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 command -v valgrind >/dev/null || { echo "bench-instructions.sh: valgrind is required" >&2; exit 1; }
 
+for mode in ${MODES:-intake e2e e2e+otlp}; do
+    case "$mode" in
+        intake | e2e | e2e+otlp | e2e+http) ;;
+        *) echo "bench-instructions.sh: MODES: unknown mode '$mode' (intake, e2e, e2e+otlp, e2e+http)" >&2; exit 2 ;;
+    esac
+done
 SMALL="${SMALL:-1000}"
 LARGE="${LARGE:-4000}"
 CONNECTIONS="${CONNECTIONS:-8}"

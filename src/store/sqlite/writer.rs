@@ -431,8 +431,7 @@ fn finish(script: &mut Script, finishes: &[&Finish], rows: usize) {
          updated_at = v.column6 FROM (",
     );
     let now = Timestamp::now().to_rfc3339();
-    let padding = std::iter::repeat_n(None, rows.saturating_sub(finishes.len()));
-    script.push_values(finishes.iter().map(Some).chain(padding), |mut row, f| {
+    script.push_values(padded(finishes, rows), |mut row, f| {
         let Some(f) = f else {
             row.push_bind("")
                 .push_bind("pending")
@@ -461,8 +460,7 @@ fn record_attempts(script: &mut Script, attempts: &[(Uuid, &Attempt)], rows: usi
         "INSERT INTO attempts (event_id, handler, attempt, started_at, duration_ms, outcome, \
          response_status, response_body, error, request) SELECT v.* FROM (",
     );
-    let padding = std::iter::repeat_n(None, rows.saturating_sub(attempts.len()));
-    script.push_values(attempts.iter().map(Some).chain(padding), |mut row, item| {
+    script.push_values(padded(attempts, rows), |mut row, item| {
         let Some((event, a)) = item else {
             row.push_bind("")
                 .push_bind("")
@@ -634,45 +632,47 @@ pub(super) fn insert_events(script: &mut Script, events: &[&NewEvent]) {
         "INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256, \
          status, created_at, updated_at, source, traceparent, tracestate) SELECT * FROM (",
     );
-    script.push_values(padded(events), |mut row, e| {
-        let Some(e) = e else {
-            for _ in 0..11 {
-                row.push_bind(None::<String>);
-            }
-            return;
-        };
-        let created = e.created_at.to_rfc3339();
-        // An event no handler routes is complete at once (docs/states.md); the answer to
-        // its POST still says `pending`, the status every new event is accepted in.
-        let status = if e.deliveries.is_empty() {
-            Status::Completed
-        } else {
-            Status::Pending
-        };
-        row.push_bind(e.id.to_string())
-            .push_bind(e.idempotency_key.clone())
-            .push_bind(e.event_type.clone())
-            .push_bind(e.payload.clone())
-            .push_bind(e.payload_sha256.clone())
-            .push_bind(status.as_str())
-            .push_bind(created.clone())
-            .push_bind(created)
-            .push_bind(e.source.clone())
-            .push_bind(e.trace.as_ref().map(TraceContext::traceparent))
-            .push_bind(
-                e.trace
-                    .as_ref()
-                    .and_then(|t| t.tracestate().map(str::to_owned)),
-            );
-    });
+    script.push_values(
+        padded(events, shape([events.len(), 0, 0, 0])),
+        |mut row, e| {
+            let Some(e) = e else {
+                for _ in 0..11 {
+                    row.push_bind(None::<String>);
+                }
+                return;
+            };
+            let created = e.created_at.to_rfc3339();
+            // An event no handler routes is complete at once (docs/states.md); the answer to
+            // its POST still says `pending`, the status every new event is accepted in.
+            let status = if e.deliveries.is_empty() {
+                Status::Completed
+            } else {
+                Status::Pending
+            };
+            row.push_bind(e.id.to_string())
+                .push_bind(e.idempotency_key.clone())
+                .push_bind(e.event_type.clone())
+                .push_bind(e.payload.clone())
+                .push_bind(e.payload_sha256.clone())
+                .push_bind(status.as_str())
+                .push_bind(created.clone())
+                .push_bind(created)
+                .push_bind(e.source.clone())
+                .push_bind(e.trace.as_ref().map(TraceContext::traceparent))
+                .push_bind(
+                    e.trace
+                        .as_ref()
+                        .and_then(|t| t.tracestate().map(str::to_owned)),
+                );
+        },
+    );
     script.push(
         ") WHERE column1 IS NOT NULL ON CONFLICT (idempotency_key) DO NOTHING; SELECT changes();",
     );
 }
 
-/// `items`, then `None`s up to the smallest of [`SHAPES`] that holds them all.
-fn padded<T: Copy>(items: &[T]) -> impl Iterator<Item = Option<T>> + '_ {
-    let rows = shape([items.len(), 0, 0, 0]);
+/// `items`, then `None`s up to `rows` (a statement's padding rows).
+fn padded<T: Copy>(items: &[T], rows: usize) -> impl Iterator<Item = Option<T>> + '_ {
     let padding = std::iter::repeat_n(None, rows.saturating_sub(items.len()));
     items.iter().copied().map(Some).chain(padding)
 }
@@ -685,21 +685,24 @@ pub(super) fn insert_deliveries(script: &mut Script, rows: &[(&NewEvent, &NewDel
         "INSERT INTO deliveries (id, event_id, handler, ordering_value, created_at, updated_at) \
          SELECT v.* FROM (",
     );
-    script.push_values(padded(rows), |mut row, item| {
-        let Some((e, d)) = item else {
-            for _ in 0..6 {
-                row.push_bind(None::<String>);
-            }
-            return;
-        };
-        let created = e.created_at.to_rfc3339();
-        row.push_bind(d.id.to_string())
-            .push_bind(e.id.to_string())
-            .push_bind(d.handler.clone())
-            .push_bind(d.ordering_value.clone())
-            .push_bind(created.clone())
-            .push_bind(created);
-    });
+    script.push_values(
+        padded(rows, shape([rows.len(), 0, 0, 0])),
+        |mut row, item| {
+            let Some((e, d)) = item else {
+                for _ in 0..6 {
+                    row.push_bind(None::<String>);
+                }
+                return;
+            };
+            let created = e.created_at.to_rfc3339();
+            row.push_bind(d.id.to_string())
+                .push_bind(e.id.to_string())
+                .push_bind(d.handler.clone())
+                .push_bind(d.ordering_value.clone())
+                .push_bind(created.clone())
+                .push_bind(created);
+        },
+    );
     script.push(") AS v WHERE EXISTS (SELECT 1 FROM events e WHERE e.id = v.column2);");
 }
 
