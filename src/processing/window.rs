@@ -445,7 +445,8 @@ impl Window {
 
     /// Reads fresh work after `from`: the ids first, then the tasks of those not
     /// held already (a read from a rewound cursor passes over work the window
-    /// has: its payloads are not fetched again). Returns the tasks, whether nothing
+    /// has: its payloads are not fetched again) whose lanes have room
+    /// ([`Lanes::room_for`]). Returns the tasks, whether nothing
     /// more waits past them, and where the next read starts.
     ///
     /// A read that comes back short has passed over everything stored when it
@@ -468,14 +469,15 @@ impl Window {
         } else {
             self.due.last_delivery_id().await?
         };
-        let ids = self.due.fresh_ids_after(from, limit, skip).await?;
-        let wanted: Vec<Uuid> = {
+        let read = self.due.fresh_ids_after(from, limit, skip).await?;
+        let ids: Vec<Uuid> = read.iter().map(|(id, _)| *id).collect();
+        let unheld: Vec<(Uuid, String)> = {
             let state = self.lock();
-            ids.iter()
-                .copied()
-                .filter(|id| !state.held.contains(id))
+            read.into_iter()
+                .filter(|(id, _)| !state.held.contains(id))
                 .collect()
         };
+        let wanted = self.lanes.room_for(unheld);
         let rows = self.due.tasks_of(&wanted, READ_BUDGET).await?;
         if cut_by_budget(&rows) {
             // Cut short by the budget: read on from the last task read.

@@ -664,14 +664,15 @@ pub trait DueStore: Send + Sync + 'static {
     /// Fresh deliveries per handler: the pending backlog at startup.
     async fn count_fresh(&self) -> Result<Vec<(String, u64)>, StoreError>;
 
-    /// The ids of up to `limit` fresh deliveries above `after`, oldest first; none
-    /// of the handlers in `skip` (destinations that hold enough already).
+    /// The ids of up to `limit` fresh deliveries above `after`, oldest first, each
+    /// with its handler; none of the handlers in `skip` (destinations that hold
+    /// enough already).
     async fn fresh_ids_after(
         &self,
         after: Uuid,
         limit: u32,
         skip: &[String],
-    ) -> Result<Vec<Uuid>, StoreError>;
+    ) -> Result<Vec<(Uuid, String)>, StoreError>;
 
     /// The highest delivery id stored (any status), if any: how far a read of
     /// fresh work that comes back short has passed.

@@ -555,7 +555,7 @@ fn a_pause_holds_on_every_instance() {
 
 on_both_backends! {
 /// More replayed dead letters than a paused destination keeps in memory (its
-/// lane holds at most 1,024): the window passes over the held backlog once while
+/// lane holds at most 2,048, its share of the window): the window passes over the held backlog once while
 /// another destination's new work goes on, and a resume brings back every
 /// replayed delivery — each delivered once.
 fn a_replay_to_a_paused_destination_arrives_once_resumed(db: &Db) {

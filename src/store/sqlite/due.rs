@@ -47,12 +47,13 @@ macro_rules! not_skipped {
     };
 }
 
-/// The ids of fresh deliveries after a cursor, oldest first; binds: after, skip,
-/// limit. Ids only: the window reads the tasks of those it does not hold yet
-/// ([`TASKS_OF`]), so a read again from a rewound cursor does not fetch payloads it
-/// already has.
+/// The ids of fresh deliveries after a cursor, oldest first, with their handlers;
+/// binds: after, skip, limit. No payloads: the window reads the tasks of those it
+/// does not hold yet and their lanes have room for ([`TASKS_OF`]), so a read again
+/// from a rewound cursor does not fetch payloads it already has, nor a read the
+/// payloads of work a full lane would let go.
 pub(super) const FRESH_IDS_AFTER: &str = concat!(
-    "SELECT d.id FROM deliveries d INDEXED BY deliveries_fresh \
+    "SELECT d.id, d.handler FROM deliveries d INDEXED BY deliveries_fresh \
      WHERE d.status IN ('pending', 'processing') AND d.retry_after IS NULL AND d.id > ? AND ",
     not_skipped!(),
     first_of_its_key!(),
@@ -155,7 +156,7 @@ impl DueStore for SqliteStore {
         after: Uuid,
         limit: u32,
         skip: &[String],
-    ) -> Result<Vec<Uuid>, StoreError> {
+    ) -> Result<Vec<(Uuid, String)>, StoreError> {
         sqlx::query(FRESH_IDS_AFTER)
             .bind(after.to_string())
             .bind(json_list(skip))
@@ -163,7 +164,7 @@ impl DueStore for SqliteStore {
             .fetch_all(&self.read)
             .await?
             .iter()
-            .map(|r| r.uuid("id"))
+            .map(|r| Ok((r.uuid("id")?, r.text("handler")?.to_owned())))
             .collect()
     }
 
