@@ -910,6 +910,24 @@ mod tests {
         assert_eq!(script(3).matches("(?").count(), 2 * 3);
     }
 
+    /// The bundled SQLite keeps no memory statistics (`.cargo/config.toml`): with
+    /// them, every allocation and free took one process-wide mutex.
+    #[tokio::test]
+    async fn sqlite_is_built_without_memory_statistics() {
+        use sqlx::Connection;
+        let mut conn = sqlx::SqliteConnection::connect("sqlite::memory:")
+            .await
+            .expect("in-memory database");
+        let options: Vec<String> = sqlx::query_scalar("PRAGMA compile_options")
+            .fetch_all(&mut conn)
+            .await
+            .expect("compile options");
+        assert!(
+            options.iter().any(|o| o == "DEFAULT_MEMSTATUS=0"),
+            "{options:?}"
+        );
+    }
+
     /// Retention walks an index of terminal events oldest first and stops after
     /// the batch: no sort of every expired row, no scan of the table.
     #[tokio::test]
