@@ -15,6 +15,10 @@
 #              answers 200 (spans exported)
 #   e2e+http   as e2e, the handler `kind = "http"` posting to a local receiver that
 #              answers 200 on kept-alive connections (what a delivery costs)
+#   drain      delivery alone: N events for two `kind = "http"` destinations
+#              (max_in_flight 32 each) are filled by an instance without workers
+#              (not counted), then an instance under valgrind drains the 2N
+#              deliveries to `loadgen drain`; the row is per delivery, not per event
 # MODES (default "intake e2e e2e+otlp") picks modes; SMALL and LARGE (default 1000 and 4000) set the two event counts; CONNECTIONS
 # (default 8) the posting connections. Needs valgrind and python3 (the sink).
 set -euo pipefail
@@ -24,8 +28,8 @@ command -v valgrind >/dev/null || { echo "bench-instructions.sh: valgrind is req
 
 for mode in ${MODES:-intake e2e e2e+otlp}; do
     case "$mode" in
-        intake | e2e | e2e+otlp | e2e+http) ;;
-        *) echo "bench-instructions.sh: MODES: unknown mode '$mode' (intake, e2e, e2e+otlp, e2e+http)" >&2; exit 2 ;;
+        intake | e2e | e2e+otlp | e2e+http | drain) ;;
+        *) echo "bench-instructions.sh: MODES: unknown mode '$mode' (intake, e2e, e2e+otlp, e2e+http, drain)" >&2; exit 2 ;;
     esac
 done
 SMALL="${SMALL:-1000}"
@@ -65,8 +69,55 @@ sink "$receiver_port" 1.1
 receiver=$!
 trap 'kill $sink $receiver 2>/dev/null || true' EXIT
 
+# drain_instructions BIN EVENTS: the instructions of an instance draining the 2 x
+# EVENTS deliveries an instance without workers left (the fill is not counted).
+drain_instructions() {
+    local bin="$1" events="$2" port work out pid receiver_port drain
+    port="$(pick_port)"
+    receiver_port="$(pick_port)"
+    work="$(mktemp -d "${TMPDIR:-/tmp}/hookbox-cg.XXXXXX")"
+    mkdir "$work/handlers"
+    for name in a b; do
+        printf 'event_types = ["bench.drain"]\nkind = "http"\nmax_in_flight = 32\n[http]\nurl = "http://127.0.0.1:%s/%s"\n' \
+            "$receiver_port" "$name" >"$work/handlers/drain-$name.toml"
+    done
+    local env=(BIND_ADDR="127.0.0.1:$port" DB_PATH="$work/events.db" HANDLERS_DIR="$work/handlers"
+        SOURCES_DIR="$work/none" LOG_LEVEL=warn ALLOWED_TARGETS=127.0.0.0/8)
+    env -i PATH="$PATH" "${env[@]}" WORKER_COUNT=0 QUEUE_MAXSIZE=$((events * 4)) \
+        "$bin/hookbox" serve >"$work/fill.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 300); do
+        curl -fs "http://127.0.0.1:$port/ready" >/dev/null 2>&1 && break
+        sleep 0.1
+    done
+    "$loadgen" fill --url "http://127.0.0.1:$port" --events "$events" \
+        --event-type bench.drain >/dev/null
+    kill -TERM "$pid"
+    wait "$pid" || true
+    "$loadgen" drain --listen "127.0.0.1:$receiver_port" --deliveries $((events * 2)) \
+        --timeout 30m >/dev/null 2>&1 &
+    drain=$!
+    for _ in $(seq 100); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$receiver_port") 2>/dev/null && break
+        sleep 0.1
+    done
+    out="$work/callgrind.out"
+    env -i PATH="$PATH" "${env[@]}" valgrind --tool=callgrind --callgrind-out-file="$out" \
+        "$bin/hookbox" serve >"$work/log" 2>&1 &
+    pid=$!
+    wait "$drain"
+    kill -TERM "$pid"
+    wait "$pid" || true
+    grep -E '^(summary|totals):' "$out" | head -1 | awk '{print $2}'
+    rm -rf "$work"
+}
+
 # total_instructions BIN MODE EVENTS
 total_instructions() {
+    if [ "$2" = drain ]; then
+        drain_instructions "$1" "$3"
+        return
+    fi
     local bin="$1" mode="$2" events="$3" port work out pid
     port="$(pick_port)"
     work="$(mktemp -d "${TMPDIR:-/tmp}/hookbox-cg.XXXXXX")"
@@ -105,12 +156,15 @@ total_instructions() {
     rm -rf "$work"
 }
 
-printf '| binary | mode | instructions per event |\n|---|---|---|\n'
+printf '| binary | mode | instructions per event (drain: per delivery) |\n|---|---|---|\n'
 for bin in "$@"; do
     for mode in ${MODES:-intake e2e e2e+otlp}; do
         small="$(total_instructions "$bin" "$mode" "$SMALL")"
         large="$(total_instructions "$bin" "$mode" "$LARGE")"
         per=$(( (large - small) / (LARGE - SMALL) ))
+        if [ "$mode" = drain ]; then
+            per=$(( per / 2 )) # two deliveries per event
+        fi
         printf '| %s | %s | %s |\n' "$bin" "$mode" "$per"
     done
 done
