@@ -69,10 +69,38 @@ sink "$receiver_port" 1.1
 receiver=$!
 trap 'kill $sink $receiver 2>/dev/null || true' EXIT
 
+# wait_ready PORT: until hookbox on PORT answers /ready (at most two minutes: under
+# valgrind start-up is slow).
+wait_ready() {
+    for _ in $(seq 600); do
+        curl -fs "http://127.0.0.1:$1/ready" >/dev/null 2>&1 && return
+        sleep 0.2
+    done
+}
+
+# start_counted BIN WORK ENV...: hookbox with ENV under callgrind, its counts in
+# WORK/callgrind.out; its pid in `counted`.
+start_counted() {
+    local bin="$1" work="$2"
+    shift 2
+    env -i PATH="$PATH" "$@" valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out" \
+        "$bin/hookbox" serve >"$work/log" 2>&1 &
+    counted=$!
+}
+
+# stop_counted WORK: stops the hookbox `counted`, prints its instruction total and
+# removes WORK.
+stop_counted() {
+    kill -TERM "$counted"
+    wait "$counted" || true
+    grep -E '^(summary|totals):' "$1/callgrind.out" | head -1 | awk '{print $2}'
+    rm -rf "$1"
+}
+
 # drain_instructions BIN EVENTS: the instructions of an instance draining the 2 x
 # EVENTS deliveries an instance without workers left (the fill is not counted).
 drain_instructions() {
-    local bin="$1" events="$2" port work out pid receiver_port drain
+    local bin="$1" events="$2" port work pid receiver_port drain
     port="$(pick_port)"
     receiver_port="$(pick_port)"
     work="$(mktemp -d "${TMPDIR:-/tmp}/hookbox-cg.XXXXXX")"
@@ -86,10 +114,7 @@ drain_instructions() {
     env -i PATH="$PATH" "${env[@]}" WORKER_COUNT=0 QUEUE_MAXSIZE=$((events * 4)) \
         "$bin/hookbox" serve >"$work/fill.log" 2>&1 &
     pid=$!
-    for _ in $(seq 300); do
-        curl -fs "http://127.0.0.1:$port/ready" >/dev/null 2>&1 && break
-        sleep 0.1
-    done
+    wait_ready "$port"
     "$loadgen" fill --url "http://127.0.0.1:$port" --events "$events" \
         --event-type bench.drain >/dev/null
     kill -TERM "$pid"
@@ -101,15 +126,9 @@ drain_instructions() {
         (exec 3<>"/dev/tcp/127.0.0.1/$receiver_port") 2>/dev/null && break
         sleep 0.1
     done
-    out="$work/callgrind.out"
-    env -i PATH="$PATH" "${env[@]}" valgrind --tool=callgrind --callgrind-out-file="$out" \
-        "$bin/hookbox" serve >"$work/log" 2>&1 &
-    pid=$!
+    start_counted "$bin" "$work" "${env[@]}"
     wait "$drain"
-    kill -TERM "$pid"
-    wait "$pid" || true
-    grep -E '^(summary|totals):' "$out" | head -1 | awk '{print $2}'
-    rm -rf "$work"
+    stop_counted "$work"
 }
 
 # total_instructions BIN MODE EVENTS
@@ -118,7 +137,7 @@ total_instructions() {
         drain_instructions "$1" "$3"
         return
     fi
-    local bin="$1" mode="$2" events="$3" port work out pid
+    local bin="$1" mode="$2" events="$3" port work
     port="$(pick_port)"
     work="$(mktemp -d "${TMPDIR:-/tmp}/hookbox-cg.XXXXXX")"
     mkdir "$work/handlers"
@@ -135,14 +154,8 @@ total_instructions() {
         e2e+otlp) env+=(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$sink_port") ;;
         e2e+http) env+=(ALLOWED_TARGETS=127.0.0.0/8) ;;
     esac
-    out="$work/callgrind.out"
-    env -i PATH="$PATH" "${env[@]}" valgrind --tool=callgrind --callgrind-out-file="$out" \
-        "$bin/hookbox" serve >"$work/log" 2>&1 &
-    pid=$!
-    for _ in $(seq 600); do
-        curl -fs "http://127.0.0.1:$port/ready" >/dev/null 2>&1 && break
-        sleep 0.2
-    done
+    start_counted "$bin" "$work" "${env[@]}"
+    wait_ready "$port"
     if [ "$mode" = intake ]; then
         "$loadgen" fill --url "http://127.0.0.1:$port" --events "$events" \
             --connections "$CONNECTIONS" --event-type bench.intake >/dev/null
@@ -150,10 +163,7 @@ total_instructions() {
         "$loadgen" e2e --url "http://127.0.0.1:$port" --events "$events" \
             --connections "$CONNECTIONS" --timeout 30m >/dev/null
     fi
-    kill -TERM "$pid"
-    wait "$pid" || true
-    grep -E '^(summary|totals):' "$out" | head -1 | awk '{print $2}'
-    rm -rf "$work"
+    stop_counted "$work"
 }
 
 printf '| binary | mode | instructions per event (drain: per delivery) |\n|---|---|---|\n'
