@@ -470,7 +470,7 @@ impl Window {
             self.due.last_delivery_id().await?
         };
         let read = self.due.fresh_ids_after(from, limit, skip).await?;
-        let ids: Vec<Uuid> = read.iter().map(|(id, _)| *id).collect();
+        let (count, last_read) = (read.len(), read.last().map(|(id, _)| *id));
         let unheld: Vec<(Uuid, String)> = {
             let state = self.lock();
             read.into_iter()
@@ -484,10 +484,10 @@ impl Window {
             let last = rows.last().map(|t| t.delivery_id);
             return Ok((rows, false, last));
         }
-        let exhausted = ids.len() < limit as usize;
+        let exhausted = count < limit as usize;
         let last = match exhausted {
-            true => ids.last().copied().max(stored),
-            false => ids.last().copied(),
+            true => last_read.max(stored),
+            false => last_read,
         };
         Ok((rows, exhausted, last))
     }

@@ -393,24 +393,36 @@ async fn the_backlog_counts_due_and_running_work_not_waiting_retries() {
 /// A store holding one event with two deliveries (handlers `a` and `b`), both
 /// claimed by it.
 async fn two_claimed_deliveries(db: &TestDb) -> (PgStore, Vec<crate::model::DeliveryTask>) {
+    claimed_after(
+        db,
+        "INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256,
+                             status, created_at, updated_at)
+         VALUES (gen_random_uuid(), 'k', 't', '{}', '-', 'pending', now(), now());
+         INSERT INTO deliveries (id, event_id, handler, created_at, updated_at)
+         SELECT gen_random_uuid(), id, h, now(), now() FROM events, unnest('{a,b}'::text[]) h;",
+        2,
+    )
+    .await
+}
+
+/// A store over `db` after `fill` (SQL), with the `n` deliveries it stored claimed.
+async fn claimed_after(
+    db: &TestDb,
+    fill: &'static str,
+    n: u32,
+) -> (PgStore, Vec<crate::model::DeliveryTask>) {
     let store = PgStore::open(&db.url, 2).await.expect("open");
     store
         .pool()
-        .execute(sqlx::raw_sql(
-            "INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256,
-                                 status, created_at, updated_at)
-             VALUES (gen_random_uuid(), 'k', 't', '{}', '-', 'pending', now(), now());
-             INSERT INTO deliveries (id, event_id, handler, created_at, updated_at)
-             SELECT gen_random_uuid(), id, h, now(), now() FROM events, unnest('{a,b}'::text[]) h;",
-        ))
+        .execute(sqlx::raw_sql(fill))
         .await
         .expect("fill");
     let claimed = store
-        .claim(2, std::time::Duration::from_secs(30), &[])
+        .claim(n, std::time::Duration::from_secs(30), &[])
         .await
         .expect("claim")
         .tasks;
-    assert_eq!(claimed.len(), 2);
+    assert_eq!(u32::try_from(claimed.len()).ok(), Some(n));
     (store, claimed)
 }
 
@@ -907,27 +919,18 @@ async fn young_tables_are_analysed_as_they_fill() {
 /// finisher's cached plan meets in production), then given 512 events with one
 /// delivery each, all claimed by this store: a full batch of outcomes to record.
 async fn a_full_batch_claimed(db: &TestDb) -> (PgStore, Vec<crate::model::DeliveryTask>) {
-    let store = PgStore::open(&db.url, 2).await.expect("open");
-    store
-        .pool()
-        .execute(sqlx::raw_sql(
-            "ANALYZE;
-             INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256,
-                                 status, created_at, updated_at)
-             SELECT gen_random_uuid(), 'k' || g, 't', '{}', '-', 'pending', now(), now()
-             FROM generate_series(1, 512) g;
-             INSERT INTO deliveries (id, event_id, handler, created_at, updated_at)
-             SELECT gen_random_uuid(), id, 'h', now(), now() FROM events;",
-        ))
-        .await
-        .expect("fill");
-    let claimed = store
-        .claim(512, std::time::Duration::from_secs(30), &[])
-        .await
-        .expect("claim")
-        .tasks;
-    assert_eq!(claimed.len(), 512);
-    (store, claimed)
+    claimed_after(
+        db,
+        "ANALYZE;
+         INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256,
+                             status, created_at, updated_at)
+         SELECT gen_random_uuid(), 'k' || g, 't', '{}', '-', 'pending', now(), now()
+         FROM generate_series(1, 512) g;
+         INSERT INTO deliveries (id, event_id, handler, created_at, updated_at)
+         SELECT gen_random_uuid(), id, 'h', now(), now() FROM events;",
+        512,
+    )
+    .await
 }
 
 /// A full batch of outcomes (512, on tables analysed while idle: the statistics
