@@ -24,7 +24,7 @@ use crate::registry::live::LiveRegistry;
 use crate::registry::{Answered, Event, Route};
 use crate::retry::{Decision, Failure, jitter};
 use crate::store::{Store, StoreError};
-use crate::telemetry::names;
+use crate::telemetry::DeliveryOutcome;
 use crate::trace_context::TraceContext;
 use crate::trace_export;
 
@@ -226,8 +226,7 @@ impl Workers {
         let response_body = answer
             .and_then(|a| a.body)
             .map(|b| redact::attempt_error(&b, Attempt::MAX_ERROR_BYTES));
-        metrics::histogram!(names::DELIVERY_DURATION, "handler" => route.name.clone())
-            .record(took.as_secs_f64());
+        route.metrics.took(&route.name, took.as_secs_f64());
         // Its row in the attempt history, committed with the outcome; its span.
         let record = |outcome: AttemptOutcome, error: Option<&str>| {
             if let (Some(event), Some(span)) = (&task.trace, &span) {
@@ -256,9 +255,9 @@ impl Workers {
         };
         let Err(failure) = result else {
             let (label, kind) = if cancelled {
-                ("cancelled", AttemptOutcome::Cancelled)
+                (DeliveryOutcome::Cancelled, AttemptOutcome::Cancelled)
             } else {
-                ("completed", AttemptOutcome::Completed)
+                (DeliveryOutcome::Completed, AttemptOutcome::Completed)
             };
             count(route, label);
             let done = record(kind, None);
@@ -267,7 +266,7 @@ impl Workers {
         };
         let decided = match route.policy.decide(attempt, &failure, jitter()) {
             Decision::Retry { after } => {
-                count(route, "retry");
+                count(route, DeliveryOutcome::Retry);
                 debug!(delivery = %task.delivery_id, trace_id = trace_id(task), attempt, error = %failure.message, "retry scheduled");
                 let tried = record(AttemptOutcome::Retry, Some(&failure.message));
                 let mut o = outcome(
@@ -282,7 +281,7 @@ impl Workers {
                 o
             }
             Decision::DeadLetter => {
-                count(route, "dead_letter");
+                count(route, DeliveryOutcome::DeadLetter);
                 warn!(delivery = %task.delivery_id, trace_id = trace_id(task), handler = %route.name, attempt, error = %failure.message, "dead letter");
                 if !is_operator_event(&task.event_type) {
                     self.lanes.dead_lettered(Notice::DeadLettered {
@@ -439,9 +438,8 @@ fn trace_id(task: &DeliveryTask) -> &str {
     task.trace.as_ref().map_or("", TraceContext::trace_id)
 }
 
-fn count(route: &Route, outcome: &'static str) {
-    metrics::counter!(names::DELIVERIES, "handler" => route.name.clone(), "outcome" => outcome)
-        .increment(1);
+fn count(route: &Route, outcome: DeliveryOutcome) {
+    route.metrics.count(&route.name, outcome);
 }
 
 /// One attempt under the route's timeout (as the child `span` of the event's

@@ -296,6 +296,7 @@ impl LiveRegistry {
             flow,
             filter,
             http: Some(target),
+            metrics: Default::default(),
         })
     }
 }

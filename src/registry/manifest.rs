@@ -348,6 +348,7 @@ fn load(file: &Path, ctx: &Context, secrets: &HashSet<String>) -> Result<Route, 
         flow,
         filter,
         http: http_target_of_route,
+        metrics: Default::default(),
     })
 }
 

@@ -70,6 +70,8 @@ pub struct Route {
     /// An http handler's or subscriber's target (URL, secrets, transform), for
     /// `POST /destinations/{name}/test`; `None` for other kinds.
     pub http: Option<Arc<kinds::http::HttpTarget>>,
+    /// Its delivery metrics' handles, found once ([`DeliveryMetrics`]).
+    pub metrics: crate::telemetry::DeliveryMetrics,
 }
 
 impl fmt::Debug for Route {
@@ -352,6 +354,7 @@ impl RegistryBuilder {
                 flow: flow::FlowControl::default(),
                 filter: None,
                 http: None,
+                metrics: Default::default(),
             }),
             Err(source) => self.errors.push(RegistryError::Pattern {
                 name: name.to_owned(),
