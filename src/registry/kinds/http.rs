@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use reqwest::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use reqwest::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use reqwest::{Client, StatusCode, Url};
 
 use super::super::{BoxHandler, Event, HandlerError, handler_fn};
@@ -95,16 +95,49 @@ fn hide(e: HandlerError, hidden: &Redactions) -> HandlerError {
 
 pub use super::shown::display_url;
 
-/// The JSON body of a delivery (the payload is already canonical JSON text).
+/// The JSON body of a delivery (the payload is already canonical JSON text),
+/// written into one buffer of its size.
 pub fn body(event: &Event) -> String {
-    let event_type = serde_json::Value::String(event.event_type.clone());
-    format!(
-        r#"{{"id":"{}","event_type":{event_type},"payload":{},"created_at":"{}"}}"#,
-        event.id,
-        event.payload(),
-        event.created_at.to_rfc3339()
-    )
+    let payload = event.payload();
+    let created_at = event.created_at.to_rfc3339();
+    let mut out = String::with_capacity(payload.len() + event.event_type.len() + 128);
+    out.push_str(r#"{"id":""#);
+    out.push_str(
+        event
+            .id
+            .hyphenated()
+            .encode_lower(&mut uuid::Uuid::encode_buffer()),
+    );
+    out.push_str(r#"","event_type":"#);
+    push_json_string(&mut out, &event.event_type);
+    out.push_str(r#","payload":"#);
+    out.push_str(payload);
+    out.push_str(r#","created_at":""#);
+    out.push_str(&created_at);
+    out.push_str(r#""}"#);
+    out
 }
+
+/// Appends `text` as a JSON string, as serde_json writes it: as it is when nothing
+/// in it needs escaping (an event type's usual characters), else through serde_json.
+fn push_json_string(out: &mut String, text: &str) {
+    let plain = text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\');
+    if plain {
+        out.push('"');
+        out.push_str(text);
+        out.push('"');
+    } else {
+        out.push_str(&serde_json::Value::String(text.to_owned()).to_string());
+    }
+}
+
+/// The Standard Webhooks headers, named once (a `&str` name is parsed again on
+/// every request).
+static WEBHOOK_ID: HeaderName = HeaderName::from_static("webhook-id");
+static WEBHOOK_TIMESTAMP: HeaderName = HeaderName::from_static("webhook-timestamp");
+static WEBHOOK_SIGNATURE: HeaderName = HeaderName::from_static("webhook-signature");
+static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
 async fn deliver(
     client: &Client,
@@ -147,17 +180,17 @@ async fn deliver(
     }
     req = req
         .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-        .header("webhook-id", &id)
-        .header("webhook-timestamp", timestamp.to_string());
+        .header(&WEBHOOK_ID, &id)
+        .header(&WEBHOOK_TIMESTAMP, timestamp.to_string());
     if let Some(trace) = event.trace() {
-        req = req.header("traceparent", trace.traceparent());
+        req = req.header(&TRACEPARENT, trace.traceparent());
         if let Some(state) = trace.tracestate() {
-            req = req.header("tracestate", state);
+            req = req.header(&TRACESTATE, state);
         }
     }
     if !target.secrets.is_empty() {
         let signature = signing::sign(&target.secrets, &id, timestamp, body.as_bytes());
-        req = req.header("webhook-signature", signature);
+        req = req.header(&WEBHOOK_SIGNATURE, signature);
     }
     let res = req
         .body(body)
@@ -303,6 +336,28 @@ fn unix_now() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Timestamp;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The body is the envelope serde_json makes of the same fields, byte for
+        /// byte, whatever the event type holds (quotes, backslashes, controls,
+        /// non-ASCII).
+        #[test]
+        fn the_body_is_the_envelope_serde_json_writes(event_type in "\\PC{0,24}|[\\x00-\\x7f]{0,24}") {
+            let payload = r#"{"a":[1,"x\\"y"],"b":null}"#;
+            let created = Timestamp::parse("2026-11-29T05:30:00.123Z").expect("time");
+            let id = uuid::Uuid::now_v7();
+            let event = Event::new(id, uuid::Uuid::now_v7(), "k".into(), event_type.clone(), payload.into(), created, 1);
+            // The envelope as serde_json writes each member (the format before
+            // the body was written into one buffer).
+            let expected = format!(
+                r#"{{"id":"{id}","event_type":{},"payload":{payload},"created_at":"2026-11-29T05:30:00.123Z"}}"#,
+                serde_json::to_string(&event_type).expect("a string"),
+            );
+            prop_assert_eq!(body(&event), expected);
+        }
+    }
 
     #[test]
     fn the_decision_matrix() {
