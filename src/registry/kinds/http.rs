@@ -336,26 +336,30 @@ fn unix_now() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Timestamp;
-    use proptest::prelude::*;
 
-    proptest! {
-        /// The body is the envelope serde_json makes of the same fields, byte for
-        /// byte, whatever the event type holds (quotes, backslashes, controls,
-        /// non-ASCII).
-        #[test]
-        fn the_body_is_the_envelope_serde_json_writes(event_type in "\\PC{0,24}|[\\x00-\\x7f]{0,24}") {
-            let payload = r#"{"a":[1,"x\\"y"],"b":null}"#;
-            let created = Timestamp::parse("2026-11-29T05:30:00.123Z").expect("time");
-            let id = uuid::Uuid::now_v7();
-            let event = Event::new(id, uuid::Uuid::now_v7(), "k".into(), event_type.clone(), payload.into(), created, 1);
-            // The envelope as serde_json writes each member (the format before
-            // the body was written into one buffer).
-            let expected = format!(
-                r#"{{"id":"{id}","event_type":{},"payload":{payload},"created_at":"2026-11-29T05:30:00.123Z"}}"#,
-                serde_json::to_string(&event_type).expect("a string"),
-            );
-            prop_assert_eq!(body(&event), expected);
+    mod envelope {
+        use super::*;
+        use crate::model::Timestamp;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// The body is the envelope serde_json makes of the same fields, byte for
+            /// byte, whatever the event type holds (quotes, backslashes, controls,
+            /// non-ASCII).
+            #[test]
+            fn the_body_is_the_envelope_serde_json_writes(event_type in "\\PC{0,24}|[\\x00-\\x7f]{0,24}") {
+                let payload = r#"{"a":[1,"x\\"y"],"b":null}"#;
+                let created = Timestamp::parse("2026-11-29T05:30:00.123Z").expect("time");
+                let id = uuid::Uuid::now_v7();
+                let event = Event::new(id, uuid::Uuid::now_v7(), "k".into(), event_type.clone(), payload.into(), created, 1);
+                // The envelope as serde_json writes each member (the format before
+                // the body was written into one buffer).
+                let expected = format!(
+                    r#"{{"id":"{id}","event_type":{},"payload":{payload},"created_at":"2026-11-29T05:30:00.123Z"}}"#,
+                    serde_json::to_string(&event_type).expect("a string"),
+                );
+                prop_assert_eq!(body(&event), expected);
+            }
         }
     }
 
