@@ -70,7 +70,7 @@ pub struct Route {
     /// An http handler's or subscriber's target (URL, secrets, transform), for
     /// `POST /destinations/{name}/test`; `None` for other kinds.
     pub http: Option<Arc<kinds::http::HttpTarget>>,
-    /// Its delivery metrics' handles, found once ([`DeliveryMetrics`]).
+    /// Its delivery metrics' handles, found once ([`crate::telemetry::DeliveryMetrics`]).
     pub metrics: crate::telemetry::DeliveryMetrics,
 }
 
