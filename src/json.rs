@@ -119,7 +119,7 @@ fn duplicate(key: &str, offset: usize) -> JsonError {
 }
 
 /// Appends `s` as a JSON string literal, escaped as serde_json escapes it.
-fn write_string(out: &mut String, s: &str) {
+pub(crate) fn write_string(out: &mut String, s: &str) {
     out.push('"');
     let bytes = s.as_bytes();
     let mut plain = 0;

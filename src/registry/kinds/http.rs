@@ -109,26 +109,13 @@ pub fn body(event: &Event) -> String {
             .encode_lower(&mut uuid::Uuid::encode_buffer()),
     );
     out.push_str(r#"","event_type":"#);
-    push_json_string(&mut out, &event.event_type);
+    crate::json::write_string(&mut out, &event.event_type);
     out.push_str(r#","payload":"#);
     out.push_str(payload);
     out.push_str(r#","created_at":""#);
     out.push_str(&created_at);
     out.push_str(r#""}"#);
     out
-}
-
-/// Appends `text` as a JSON string, as serde_json writes it: as it is when nothing
-/// in it needs escaping (an event type's usual characters), else through serde_json.
-fn push_json_string(out: &mut String, text: &str) {
-    let plain = text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\');
-    if plain {
-        out.push('"');
-        out.push_str(text);
-        out.push('"');
-    } else {
-        out.push_str(&serde_json::Value::String(text.to_owned()).to_string());
-    }
 }
 
 /// The Standard Webhooks headers, named once (a `&str` name is parsed again on
