@@ -96,8 +96,13 @@ pub fn init_tracing(level: &str, format: LogFormat) {
 /// metrics.took("orders", 0.012);
 /// metrics.count("orders", DeliveryOutcome::Completed);
 /// ```
-#[derive(Default)]
-pub struct DeliveryMetrics(DeliveryHandles);
+#[derive(Debug, Default)]
+pub struct DeliveryMetrics {
+    took: std::sync::OnceLock<metrics::Histogram>,
+    /// One per [`DeliveryOutcome`] (by its discriminant), each found when first
+    /// counted, so that `/metrics` lists only outcomes that happened, as before.
+    outcomes: [std::sync::OnceLock<metrics::Counter>; 4],
+}
 
 /// What an attempt came to, as `hookbox_deliveries_total`'s `outcome` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,19 +129,10 @@ impl DeliveryOutcome {
     }
 }
 
-#[derive(Default)]
-struct DeliveryHandles {
-    took: std::sync::OnceLock<metrics::Histogram>,
-    /// One per [`DeliveryOutcome`] (by its discriminant), each found when first
-    /// counted, so that `/metrics` lists only outcomes that happened, as before.
-    outcomes: [std::sync::OnceLock<metrics::Counter>; 4],
-}
-
 impl DeliveryMetrics {
     /// Records how long an attempt of `destination` took, in seconds.
     pub fn took(&self, destination: &str, seconds: f64) {
-        self.0
-            .took
+        self.took
             .get_or_init(|| {
                 metrics::histogram!(names::DELIVERY_DURATION, "handler" => destination.to_owned())
             })
@@ -145,7 +141,7 @@ impl DeliveryMetrics {
 
     /// Counts one attempt of `destination` that came to `outcome`.
     pub fn count(&self, destination: &str, outcome: DeliveryOutcome) {
-        self.0.outcomes[outcome as usize]
+        self.outcomes[outcome as usize]
             .get_or_init(|| {
                 metrics::counter!(names::DELIVERIES, "handler" => destination.to_owned(), "outcome" => outcome.as_str())
             })
@@ -157,14 +153,6 @@ impl DeliveryMetrics {
 impl Clone for DeliveryMetrics {
     fn clone(&self) -> Self {
         Self::default()
-    }
-}
-
-impl std::fmt::Debug for DeliveryMetrics {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeliveryMetrics")
-            .field("looked_up", &self.0.took.get().is_some())
-            .finish()
     }
 }
 
