@@ -1,7 +1,7 @@
 //! Group commit for attempt outcomes: one task takes every outcome waiting (up to
 //! [`MAX_BATCH`], [`IN_FLIGHT`] batches at once) and records them, with their
 //! attempt rows, in one
-//! `hookbox_finish_attempts` call (migrations 0006, 0011 and 0013), so one commit (one WAL flush)
+//! `hookbox_finish_attempts` call (migrations 0006, 0011, 0013, 0025 and 0026), so one commit (one WAL flush)
 //! covers the batch. Measured: with one commit per outcome the
 //! workers spent their time waiting on `WALWrite`.
 //!
@@ -74,9 +74,10 @@ pub(super) async fn run(pool: PgPool, owner: Arc<str>, mut rx: mpsc::Receiver<Re
     }
 }
 
-/// Commits one batch and answers each caller. Batches in flight at once lock their
-/// events in one order (by id, `hookbox_finish_attempts`) and finish distinct
-/// deliveries, so they cannot deadlock.
+/// Commits one batch and answers each caller. Batches in flight at once lock the
+/// events they share in one order (by id, `hookbox_finish_attempts`) and finish
+/// distinct deliveries, so they cannot deadlock; an event with one delivery is in
+/// at most one batch, and is updated from its outcome without that lock (0026).
 async fn commit(pool: &PgPool, owner: &str, mut batch: Vec<Request>) {
     let finishes: Vec<&Finish> = batch.iter().map(|(f, _)| f).collect();
     match record(pool, owner, &finishes, Timestamp::now()).await {

@@ -51,7 +51,8 @@ pub(super) const IN_FLIGHT: usize = 1;
 pub(super) type Request = (NewEvent, oneshot::Sender<Result<Inserted, StoreError>>);
 
 /// Inserts a batch of events and the deliveries of those that are new. The events
-/// come as parallel arrays ($1–$8, one element per event), the deliveries as
+/// come as parallel arrays ($1–$8, $16–$18: trace context and each event's number
+/// of deliveries, one element per event), the deliveries as
 /// parallel arrays too ($9–$12, with their event's id, and $14: the lease in
 /// milliseconds of a delivery stored claimed by this instance, `locked_by` $15, or
 /// NULL for one stored `pending`); keys are unique within a
@@ -63,13 +64,15 @@ pub(super) type Request = (NewEvent, oneshot::Sender<Result<Inserted, StoreError
 const INSERT_BATCH: &str = "\
 WITH e AS (
     INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256, status,
-                        created_at, updated_at, source, traceparent, tracestate)
+                        created_at, updated_at, source, traceparent, tracestate,
+                        delivery_count)
     SELECT i.id, i.idempotency_key, i.event_type, i.payload, i.payload_sha256, i.status,
-           i.created_at, i.created_at, i.source, i.traceparent, i.tracestate
+           i.created_at, i.created_at, i.source, i.traceparent, i.tracestate,
+           i.delivery_count
     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-                $7::timestamptz[], $8::text[], $16::text[], $17::text[])
+                $7::timestamptz[], $8::text[], $16::text[], $17::text[], $18::int4[])
         AS i (id, idempotency_key, event_type, payload, payload_sha256, status, created_at,
-              source, traceparent, tracestate)
+              source, traceparent, tracestate, delivery_count)
     WHERE (SELECT hookbox_routed_with($13))
     ORDER BY i.idempotency_key COLLATE \"C\"
     ON CONFLICT (idempotency_key) DO UPDATE
@@ -234,6 +237,9 @@ async fn insert(
     // $16, $17: each event's trace context (SPEC §13).
     let (mut parents, mut states): (Vec<Option<String>>, Vec<Option<&str>>) =
         (Vec::with_capacity(n), Vec::with_capacity(n));
+    // $18: how many deliveries each event has (migration 0026: an event with one is
+    // settled from its outcome).
+    let mut counts: Vec<i32> = Vec::with_capacity(n);
     for e in events {
         ids.push(e.id);
         keys.push(e.idempotency_key.as_str());
@@ -250,6 +256,7 @@ async fn insert(
         sources.push(e.source.as_deref());
         parents.push(e.trace.as_ref().map(TraceContext::traceparent));
         states.push(e.trace.as_ref().and_then(TraceContext::tracestate));
+        counts.push(i32::try_from(e.deliveries.len()).unwrap_or(i32::MAX));
         for d in &e.deliveries {
             d_ids.push(d.id);
             d_events.push(e.id);
@@ -285,6 +292,7 @@ async fn insert(
         .bind(owner)
         .bind(parents)
         .bind(states)
+        .bind(counts)
         .fetch_all(&mut *conn)
         .await
         .map_err(|e| match &e {

@@ -309,8 +309,9 @@ SELECT idempotency_key, source FROM gone";
 pub(super) const INSERT_EVENT: &str = "\
 WITH e AS (
     INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256, status,
-                        created_at, updated_at, source, traceparent, tracestate)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $11, $12, $13)
+                        created_at, updated_at, source, traceparent, tracestate,
+                        delivery_count)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $11, $12, $13, cardinality($8::uuid[]))
     ON CONFLICT (idempotency_key) DO UPDATE
         SET received_count = events.received_count + 1,
             last_received_at = excluded.created_at

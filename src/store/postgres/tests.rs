@@ -469,6 +469,192 @@ async fn a_refused_outcome_fails_alone_not_with_its_batch() {
     drop(store);
 }
 
+/// An outcome of `task`, with `attempts` attempts made and no attempt row.
+fn settled_by(
+    task: &crate::model::DeliveryTask,
+    status: crate::model::Status,
+    attempts: u32,
+) -> crate::model::Finish {
+    crate::model::Finish {
+        delivery_id: task.delivery_id,
+        event_id: task.event_id,
+        status,
+        attempts,
+        last_error: (status != crate::model::Status::Completed).then(|| format!("boom {attempts}")),
+        retry_after: None,
+        attempt: None,
+    }
+}
+
+/// The stored status, attempts and last error of `event`.
+async fn event_state(store: &PgStore, event: uuid::Uuid) -> (String, i32, Option<String>) {
+    sqlx::query_as("SELECT status, attempts, last_error FROM events WHERE id = $1")
+        .bind(event)
+        .fetch_one(store.pool())
+        .await
+        .expect("event")
+}
+
+/// Migration 0026: intake keeps each event's number of deliveries, and an event
+/// with one is settled from its outcome by the rule every event follows (0013): a
+/// retry leaves it processing, a dead letter failed, a success completed, each
+/// with its attempts and last error — as the settle over all of an event's
+/// deliveries says, which an operator's settle (`hookbox_settle`) still runs.
+#[tokio::test]
+async fn an_event_with_one_delivery_is_settled_from_its_outcome() {
+    use crate::model::Status;
+    use crate::store::Store;
+    let Some(db) = TestDb::new().await else {
+        return;
+    };
+    let store = PgStore::open(&db.url, 2).await.expect("open");
+    let one = new_event("one", "{}", &["h"]);
+    let two = new_event("two", "{}", &["a", "b"]);
+    let none = new_event("none", "{}", &[]);
+    for e in [&one, &two, &none] {
+        store.insert_event(e.clone()).await.expect("insert");
+    }
+    let counts: Vec<(String, Option<i32>)> = sqlx::query_as(
+        "SELECT idempotency_key, delivery_count FROM events ORDER BY idempotency_key",
+    )
+    .fetch_all(store.pool())
+    .await
+    .expect("counts");
+    assert_eq!(
+        counts,
+        [
+            ("none".into(), Some(0)),
+            ("one".into(), Some(1)),
+            ("two".into(), Some(2))
+        ]
+    );
+    let claim = || async {
+        store
+            .claim(3, std::time::Duration::from_secs(30), &[])
+            .await
+            .expect("claim")
+            .tasks
+    };
+    let mine = |tasks: Vec<crate::model::DeliveryTask>| {
+        tasks
+            .into_iter()
+            .find(|t| t.event_id == one.id)
+            .expect("claimed")
+    };
+    let steps = [
+        (Status::Pending, 1, ("processing", 1, Some("boom 1"))),
+        (Status::Failed, 2, ("failed", 2, Some("boom 2"))),
+    ];
+    for (status, attempts, (want, n, error)) in steps {
+        let task = mine(claim().await);
+        store
+            .finish(settled_by(&task, status, attempts))
+            .await
+            .expect("finish");
+        let got = event_state(&store, one.id).await;
+        assert_eq!(
+            got,
+            (want.to_owned(), n, error.map(str::to_owned)),
+            "after {status:?}"
+        );
+        // The settle over all its deliveries agrees.
+        sqlx::query("SELECT hookbox_settle($1)")
+            .bind(vec![one.id])
+            .execute(store.pool())
+            .await
+            .expect("settle");
+        assert_eq!(
+            event_state(&store, one.id).await,
+            got,
+            "hookbox_settle after {status:?}"
+        );
+    }
+    sqlx::query("UPDATE deliveries SET status = 'pending' WHERE event_id = $1")
+        .bind(one.id)
+        .execute(store.pool())
+        .await
+        .expect("replayed");
+    let task = mine(claim().await);
+    store
+        .finish(settled_by(&task, Status::Completed, 3))
+        .await
+        .expect("finish");
+    // A success keeps the last error, as the delivery does.
+    assert_eq!(
+        event_state(&store, one.id).await,
+        ("completed".into(), 3, Some("boom 2".into()))
+    );
+    drop(store);
+}
+
+/// An event with two deliveries is still settled from both (0013), under its lock:
+/// one completed leaves it processing, both completed complete it. And an
+/// outcome whose lease was lost changes neither the delivery nor its one-delivery
+/// event: the instance that holds the delivery now records it.
+#[tokio::test]
+async fn events_of_several_deliveries_and_lost_leases_are_settled_as_before() {
+    use crate::model::Status;
+    use crate::store::Store;
+    let Some(db) = TestDb::new().await else {
+        return;
+    };
+    let store = PgStore::open(&db.url, 2).await.expect("open");
+    let two = new_event("two", "{}", &["a", "b"]);
+    let one = new_event("one", "{}", &["h"]);
+    for e in [&two, &one] {
+        store.insert_event(e.clone()).await.expect("insert");
+    }
+    let tasks = store
+        .claim(3, std::time::Duration::from_secs(30), &[])
+        .await
+        .expect("claim")
+        .tasks;
+    assert_eq!(tasks.len(), 3);
+    let of_two: Vec<_> = tasks.iter().filter(|t| t.event_id == two.id).collect();
+    store
+        .finish(settled_by(of_two[0], Status::Completed, 1))
+        .await
+        .expect("finish");
+    assert_eq!(
+        event_state(&store, two.id).await,
+        ("processing".into(), 1, None)
+    );
+    store
+        .finish(settled_by(of_two[1], Status::Completed, 1))
+        .await
+        .expect("finish");
+    assert_eq!(
+        event_state(&store, two.id).await,
+        ("completed".into(), 1, None)
+    );
+
+    let lost = tasks
+        .iter()
+        .find(|t| t.event_id == one.id)
+        .expect("claimed");
+    sqlx::query("UPDATE deliveries SET locked_by = 'another instance' WHERE id = $1")
+        .bind(lost.delivery_id)
+        .execute(store.pool())
+        .await
+        .expect("taken over");
+    store
+        .finish(settled_by(lost, Status::Failed, 1))
+        .await
+        .expect("finish");
+    let delivery: (String, i32) =
+        sqlx::query_as("SELECT status, attempts FROM deliveries WHERE id = $1")
+            .bind(lost.delivery_id)
+            .fetch_one(store.pool())
+            .await
+            .expect("delivery");
+    assert_eq!(delivery, ("processing".into(), 0));
+    assert_eq!(
+        event_state(&store, one.id).await,
+        ("pending".into(), 0, None)
+    );
+    drop(store);
+}
+
 /// One clock (issue 13, item 4): a retry's due time is the database's `now()` plus
 /// the delay the worker chose, whatever this instance's clock says. The instance's
 /// clock is one hour ahead here: its `retry_after` (its now + 10 s) is stored as
