@@ -20,6 +20,15 @@
 -- waits for this transaction's commit and then reads the new state, or holds the
 -- lock first and this update, which writes the delivery's final state and reads
 -- nothing else, waits and lands after it.
+--
+-- One order of locks changes: for a one-delivery event this call now holds the
+-- delivery's row before it updates the event's, where it used to lock the event
+-- first. Retention's purge and an erasure delete the event first and its
+-- deliveries after, so a purge or erasure of an event whose only delivery is being
+-- recorded at that moment can meet this call in a deadlock, which PostgreSQL ends
+-- by failing one of them: the outcome batch is then recorded one by one (the
+-- deleted delivery records nothing), or the purge or erasure answers its error and
+-- is tried again. Before, the outcome waited for the delete and found nothing.
 
 ALTER TABLE events ADD COLUMN delivery_count integer;
 

@@ -76,8 +76,9 @@ pub(super) async fn run(pool: PgPool, owner: Arc<str>, mut rx: mpsc::Receiver<Re
 
 /// Commits one batch and answers each caller. Batches in flight at once lock the
 /// events they share in one order (by id, `hookbox_finish_attempts`) and finish
-/// distinct deliveries, so they cannot deadlock; an event with one delivery is in
-/// at most one batch, and is updated from its outcome without that lock (0026).
+/// distinct deliveries, so they cannot deadlock; an event with one delivery is
+/// updated from its outcome without that lock (0026), only by the call whose
+/// lease its delivery carries.
 async fn commit(pool: &PgPool, owner: &str, mut batch: Vec<Request>) {
     let finishes: Vec<&Finish> = batch.iter().map(|(f, _)| f).collect();
     match record(pool, owner, &finishes, Timestamp::now()).await {

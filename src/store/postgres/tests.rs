@@ -496,10 +496,11 @@ async fn event_state(store: &PgStore, event: uuid::Uuid) -> (String, i32, Option
 }
 
 /// Migration 0026: intake keeps each event's number of deliveries, and an event
-/// with one is settled from its outcome by the rule every event follows (0013): a
-/// retry leaves it processing, a dead letter failed, a success completed, each
-/// with its attempts and last error — as the settle over all of an event's
-/// deliveries says, which an operator's settle (`hookbox_settle`) still runs.
+/// with one is settled from its outcome by the rule every event follows (0013):
+/// an outcome without an attempt leaves it pending, a retry processing, a dead
+/// letter failed, a success completed, each with its attempts and last error — as
+/// the settle over all of an event's deliveries says, which an operator's settle
+/// (`hookbox_settle`) still runs.
 #[tokio::test]
 async fn an_event_with_one_delivery_is_settled_from_its_outcome() {
     use crate::model::Status;
@@ -542,6 +543,8 @@ async fn an_event_with_one_delivery_is_settled_from_its_outcome() {
             .expect("claimed")
     };
     let steps = [
+        // No attempt ran (its handler went away, say): still pending.
+        (Status::Pending, 0, ("pending", 0, Some("boom 0"))),
         (Status::Pending, 1, ("processing", 1, Some("boom 1"))),
         (Status::Failed, 2, ("failed", 2, Some("boom 2"))),
     ];
@@ -590,9 +593,12 @@ async fn an_event_with_one_delivery_is_settled_from_its_outcome() {
 /// An event with two deliveries is still settled from both (0013), under its lock:
 /// one completed leaves it processing, both completed complete it. And an
 /// outcome whose lease was lost changes neither the delivery nor its one-delivery
-/// event: the instance that holds the delivery now records it.
+/// event, which the instance that holds the delivery now settles when it records
+/// the outcome. (Before 0026 every event of the batch was settled again from the
+/// table, so this one became `processing`; now it stays as the last outcome left
+/// it, `pending` here, as a claim leaves an event.)
 #[tokio::test]
-async fn events_of_several_deliveries_and_lost_leases_are_settled_as_before() {
+async fn several_deliveries_settle_from_all_and_a_lost_lease_leaves_its_event_alone() {
     use crate::model::Status;
     use crate::store::Store;
     let Some(db) = TestDb::new().await else {
