@@ -21,6 +21,10 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+if [[ $# -gt 1 ]]; then
+    echo "bench-stores.sh: one mode at most, e2e or ingest (got $*)" >&2
+    exit 2
+fi
 modes=("${1:-e2e}")
 [[ $# -eq 0 ]] && modes=(e2e ingest)
 rounds="${ROUNDS:-3}"
@@ -57,7 +61,14 @@ run() {
     esac || { echo "$out" | tail -n 20 >&2; echo "bench-stores.sh: the $1 $2 run failed" >&2; exit 1; }
     # The load generator's table: `e2e` rows end with events/s to done in column
     # 11, `ingest` rows carry requests/s in column 5.
-    echo "$out" | awk -v mode="$2" '$1 == mode { print (mode == "e2e" ? $11 : $5) }' | tail -n 1
+    local figure
+    figure="$(echo "$out" | awk -v mode="$2" '$1 == mode { print (mode == "e2e" ? $11 : $5) }' | tail -n 1)"
+    if ! [[ "$figure" =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
+        echo "$out" | tail -n 20 >&2
+        echo "bench-stores.sh: the $1 $2 run printed no figure" >&2
+        exit 1
+    fi
+    echo "$figure"
 }
 
 for mode in "${modes[@]}"; do

@@ -29,6 +29,50 @@
 -- by failing one of them: the outcome batch is then recorded one by one (the
 -- deleted delivery records nothing), or the purge or erasure answers its error and
 -- is tried again. Before, the outcome waited for the delete and found nothing.
+--
+-- The settle rule itself stays in one place: hookbox_event_status below is 0013's
+-- CASE, which hookbox_settle_locked now calls with its aggregates over all of an
+-- event's deliveries and this function with the one delivery's own state (an
+-- IMMUTABLE one-expression SQL function, inlined by the planner).
+
+CREATE FUNCTION hookbox_event_status(not_completed boolean, unfinished boolean,
+                                     started boolean) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE
+        WHEN not_completed IS NOT TRUE THEN 'completed'
+        WHEN unfinished IS NOT TRUE THEN 'failed'
+        WHEN started IS NOT TRUE THEN 'pending'
+        ELSE 'processing' END
+$$;
+
+CREATE OR REPLACE FUNCTION hookbox_settle_locked(p_events uuid[]) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE events SET
+        status = s.status,
+        attempts = s.attempts,
+        last_error = s.last_error,
+        updated_at = now()
+    FROM (
+        SELECT ev.id,
+            hookbox_event_status(a.not_completed, a.unfinished, a.started) AS status,
+            COALESCE(a.attempts, 0) AS attempts,
+            a.last_error
+        FROM unnest(p_events) AS ev (id)
+        CROSS JOIN LATERAL (
+            SELECT bool_or(d.status <> 'completed') AS not_completed,
+                   bool_or(d.status IN ('pending', 'processing')) AS unfinished,
+                   bool_or(d.status <> 'pending' OR d.attempts > 0) AS started,
+                   max(d.attempts) AS attempts,
+                   (array_agg(d.last_error ORDER BY d.updated_at DESC)
+                       FILTER (WHERE d.last_error IS NOT NULL))[1] AS last_error
+            FROM deliveries d
+            WHERE d.event_id = ev.id
+        ) a
+    ) s
+    WHERE events.id = ANY (p_events) AND events.id = s.id;
+END;
+$$;
 
 ALTER TABLE events ADD COLUMN delivery_count integer;
 
@@ -94,12 +138,11 @@ BEGIN
         WHERE v.a_number IS NOT NULL
         ON CONFLICT DO NOTHING
     ), alone AS (
-        -- 0013's rule for an event whose only delivery is this one.
+        -- The rule for an event whose only delivery is this one.
         UPDATE events e SET
-            status = CASE
-                WHEN done.status IN ('completed', 'failed') THEN done.status
-                WHEN done.status = 'pending' AND done.attempts = 0 THEN 'pending'
-                ELSE 'processing' END,
+            status = hookbox_event_status(done.status <> 'completed',
+                                          done.status IN ('pending', 'processing'),
+                                          done.status <> 'pending' OR done.attempts > 0),
             attempts = done.attempts,
             last_error = done.last_error,
             updated_at = now()

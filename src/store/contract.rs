@@ -95,7 +95,9 @@ fn new_event(key: &str, payload: &str, handlers: &[&str]) -> NewEvent {
     }
 }
 
-fn outcome(delivery: Uuid, event: Uuid, status: Status, attempts: u32) -> Finish {
+/// An outcome of `delivery` with `attempts` attempts made: a retry due a second ago,
+/// an error `boom {attempts}` unless it completed, no attempt row.
+pub(super) fn outcome(delivery: Uuid, event: Uuid, status: Status, attempts: u32) -> Finish {
     let past = Timestamp(Timestamp::now().0 - chrono::Duration::seconds(1));
     Finish {
         delivery_id: delivery,

@@ -469,21 +469,13 @@ async fn a_refused_outcome_fails_alone_not_with_its_batch() {
     drop(store);
 }
 
-/// An outcome of `task`, with `attempts` attempts made and no attempt row.
+/// The contract's outcome of `task` (`boom {attempts}` unless it completed).
 fn settled_by(
     task: &crate::model::DeliveryTask,
     status: crate::model::Status,
     attempts: u32,
 ) -> crate::model::Finish {
-    crate::model::Finish {
-        delivery_id: task.delivery_id,
-        event_id: task.event_id,
-        status,
-        attempts,
-        last_error: (status != crate::model::Status::Completed).then(|| format!("boom {attempts}")),
-        retry_after: None,
-        attempt: None,
-    }
+    crate::store::contract::outcome(task.delivery_id, task.event_id, status, attempts)
 }
 
 /// The stored status, attempts and last error of `event`.
