@@ -910,20 +910,37 @@ mod tests {
         assert_eq!(script(3).matches("(?").count(), 2 * 3);
     }
 
-    /// The bundled SQLite keeps no memory statistics (`.cargo/config.toml`): with
-    /// them, every allocation and free took one process-wide mutex.
-    #[tokio::test]
-    async fn sqlite_is_built_without_memory_statistics() {
+    /// The bundled SQLite's compile-time options (`PRAGMA compile_options`).
+    async fn compile_options() -> Vec<String> {
         use sqlx::Connection;
         let mut conn = sqlx::SqliteConnection::connect("sqlite::memory:")
             .await
             .expect("in-memory database");
-        let options: Vec<String> = sqlx::query_scalar("PRAGMA compile_options")
+        sqlx::query_scalar("PRAGMA compile_options")
             .fetch_all(&mut conn)
             .await
-            .expect("compile options");
+            .expect("compile options")
+    }
+
+    /// The bundled SQLite keeps no memory statistics (`.cargo/config.toml`): with
+    /// them, every allocation and free took one process-wide mutex.
+    #[tokio::test]
+    async fn sqlite_is_built_without_memory_statistics() {
+        let options = compile_options().await;
         assert!(
             options.iter().any(|o| o == "DEFAULT_MEMSTATUS=0"),
+            "{options:?}"
+        );
+    }
+
+    /// A batch statement's journal stays in memory up to 4 MiB
+    /// (`.cargo/config.toml`): at SQLite's default of 64 KiB nearly every intake
+    /// batch created, wrote and deleted a temporary file.
+    #[tokio::test]
+    async fn statement_journals_spill_to_a_file_only_past_4_mib() {
+        let options = compile_options().await;
+        assert!(
+            options.iter().any(|o| o == "STMTJRNL_SPILL=4194304"),
             "{options:?}"
         );
     }
