@@ -305,7 +305,8 @@ fn refused(refusal: &Refusal) -> Problem {
 
 /// Counts refused intake requests in `hookbox_events_rejected_total{reason}` by their
 /// problem code (the outermost layer of the intake route, so 429s count too).
-pub(crate) async fn count_rejections(res: Response) -> Response {
+/// Generic over the body, so that it can sit on the layers beneath it unboxed.
+pub(crate) async fn count_rejections<B>(res: http::Response<B>) -> http::Response<B> {
     if let Some(ProblemCode(code)) = res.extensions().get::<ProblemCode>() {
         metrics::counter!(names::EVENTS_REJECTED, "reason" => *code).increment(1);
     }

@@ -32,6 +32,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::middleware::{from_fn_with_state, map_response};
 use axum::{Extension, Router};
 use http::StatusCode;
+use tower::ServiceBuilder;
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter, UtoipaMethodRouterExt};
 
 use crate::layers::backpressure::BackpressureLayer;
@@ -57,9 +58,15 @@ pub(crate) fn router(app: AppState) -> Router {
             Problem::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed")
                 .detail("this route does not accept that method")
         })
-        .layer(Extension(probes::OpenApiJson(openapi::json().into())))
-        .layer(HttpMetricsLayer::new())
-        .layer(request_tracing())
+        // One `layer` call, not one per layer: axum boxes every route's service at
+        // each call, and a boxed layer clones everything boxed beneath it on every
+        // request (docs/benchmarks.md, "Layers boxed once").
+        .layer(
+            ServiceBuilder::new()
+                .layer(request_tracing())
+                .layer(HttpMetricsLayer::new())
+                .layer(Extension(probes::OpenApiJson(openapi::json().into()))),
+        )
         .with_state(app)
 }
 
@@ -83,21 +90,22 @@ fn with_layers(route: routes::Route, app: &AppState) -> UtoipaMethodRouter<AppSt
                 app.max_body_bytes,
             )
             .body_timeout(intake::body_read_timeout());
-            route.handlers.map(|handlers| {
-                handlers
-                    .route_layer(idempotency)
-                    .route_layer(DefaultBodyLimit::max(app.max_body_bytes))
-                    .route_layer(load)
-                    .route_layer(map_response(intake::count_rejections))
-            })
+            // Outermost first; one `route_layer` call (see `router`).
+            let layers = ServiceBuilder::new()
+                .layer(map_response(intake::count_rejections))
+                .layer(load)
+                .layer(DefaultBodyLimit::max(app.max_body_bytes))
+                .layer(idempotency);
+            route.handlers.map(|handlers| handlers.route_layer(layers))
         }
         // The same layers as intake, but no idempotency layer: the ingest handler
         // verifies the raw body before anything parses it.
-        Access::Ingest => route.handlers.map(|handlers| {
-            handlers
-                .route_layer(DefaultBodyLimit::max(app.max_body_bytes))
-                .route_layer(load)
-                .route_layer(map_response(intake::count_rejections))
-        }),
+        Access::Ingest => {
+            let layers = ServiceBuilder::new()
+                .layer(map_response(intake::count_rejections))
+                .layer(load)
+                .layer(DefaultBodyLimit::max(app.max_body_bytes));
+            route.handlers.map(|handlers| handlers.route_layer(layers))
+        }
     }
 }

@@ -165,9 +165,13 @@ pub(crate) fn router(app: AppState) -> Router {
         )
         .route("/console/assets/console.css", get(stylesheet))
         .route("/", get(root))
-        .layer(map_response(headers))
-        .layer(crate::layers::metrics::HttpMetricsLayer::new())
-        .layer(crate::layers::trace::request_tracing())
+        // One `layer` call (see `crate::api::router`), outermost first.
+        .layer(
+            tower::ServiceBuilder::new()
+                .layer(crate::layers::trace::request_tracing())
+                .layer(crate::layers::metrics::HttpMetricsLayer::new())
+                .layer(map_response(headers)),
+        )
         .with_state(console)
 }
 
