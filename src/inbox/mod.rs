@@ -11,12 +11,12 @@
 //! Every writer of new work goes through the inbox: intake and the sources
 //! ([`Inbox::accept`]), replay ([`Inbox::replay`]), the subscribers API
 //! ([`Inbox::change_subscribers`]). They run their commit *and* the step after it (queueing the jobs,
-//! releasing the ordering gate, reloading the routing table) in a task of its own
-//! that the request only awaits. A client that hangs up makes the server drop the
+//! releasing the ordering gate, reloading the routing table) as one piece of work
+//! that runs to its end ([`to_end`]). A client that hangs up makes the server drop the
 //! request's future, which used to cancel it between the commit and the hand-off:
 //! the event stayed `pending` until a restart, and an ordered key was blocked
-//! behind it. A dropped request now drops only its wait for the answer; the task
-//! runs to its end.
+//! behind it. The work runs on the request's own task while the request waits;
+//! a dropped request spawns what is left of it, which runs to its end.
 //!
 //! Ordered deliveries take their place in line before their commit (in the ordering
 //! gate of the window, SQLite), so that a younger delivery of their key does not
@@ -43,8 +43,10 @@ use crate::registry::live::LiveRegistry;
 use crate::store::pull::{PullBatch, PulledEvent};
 use crate::store::{Inserted, PendingDelivery, ReplayFilter, Store, StoreError, WorkStore};
 use crate::trace_context::TraceContext;
+use to_end::to_end;
 
 mod admission;
+mod to_end;
 
 use admission::Rules;
 pub(crate) use admission::{
@@ -85,9 +87,9 @@ pub enum InboxError {
     /// The change was committed but the routing table could not be rebuilt.
     #[error("the routing table could not be rebuilt: {0}")]
     Routing(#[from] crate::registry::RegistryError),
-    /// The commit task panicked or was cancelled by the runtime's shutdown.
-    #[error("the commit task ended abnormally: {0}")]
-    Task(#[from] tokio::task::JoinError),
+    /// The commit panicked.
+    #[error("the commit ended abnormally (it panicked)")]
+    Panicked,
 }
 
 /// The one path in: commits new work and hands it to processing. Cheap to clone.
@@ -210,16 +212,6 @@ impl Inbox {
     pub(crate) async fn release(&self) {
         self.0.feed.release().await;
     }
-}
-
-/// Runs `work` in a task of its own and waits for it: dropping the caller does not
-/// cancel `work`.
-async fn detached<T, F>(work: F) -> Result<T, InboxError>
-where
-    T: Send + 'static,
-    F: Future<Output = Result<T, InboxError>> + Send + 'static,
-{
-    tokio::spawn(work).await.map_err(InboxError::Task)?
 }
 
 /// The ordered deliveries of one new event, lined up in the window's gate while
@@ -379,7 +371,7 @@ impl Inbox {
         // Only a shared store refuses a stale routing and needs the event again: the
         // others are handed it, not a copy.
         let shared = self.is_shared();
-        detached(async move {
+        to_end(async move {
             let mut attempts = 0;
             loop {
                 let reservation = Reservation::take(&inbox.0.feed, &mut event);
@@ -552,7 +544,7 @@ impl Inbox {
     /// (an ordered one runs in its turn); returns them.
     pub async fn replay(&self, filter: ReplayFilter) -> Result<Vec<PendingDelivery>, InboxError> {
         let inbox = self.clone();
-        detached(async move {
+        to_end(async move {
             // Page by page, each its own short transaction, each handed to
             // processing at once: replaying 200,000 dead letters never holds the
             // writer (and intake behind it) for the whole of them.
@@ -617,7 +609,7 @@ impl Inbox {
     {
         let change = write(self.0.store.clone());
         let (inbox, name) = (self.clone(), name.to_owned());
-        detached(async move {
+        to_end(async move {
             // Held from before the write, so that the follower, woken by this
             // very change's NOTIFY, cannot read everything between the write
             // and the reading back of its one subscriber.
