@@ -60,7 +60,7 @@ pub(crate) fn router(app: AppState) -> Router {
         })
         // One `layer` call, not one per layer: axum boxes every route's service at
         // each call, and a boxed layer clones everything boxed beneath it on every
-        // request (docs/benchmarks.md, "Layers boxed once").
+        // request (docs/benchmarks.md, "Boxed layers cloned per request").
         .layer(
             ServiceBuilder::new()
                 .layer(request_tracing())
