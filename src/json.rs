@@ -53,10 +53,14 @@ pub(crate) fn canonical_members(text: &str) -> Result<Option<Vec<(String, String
         return Ok(None);
     }
     let mut members: Vec<(String, String)> = Vec::new();
+    // Each value is written into one buffer the size of the whole text, then
+    // copied out at its own size: written into a fresh `String`, a large value (a
+    // webhook's payload) grew it by doubling, each step a reallocation and a copy.
+    let mut scratch = String::with_capacity(text.len());
     parser.members(|parser, key| {
-        let mut value = String::new();
-        parser.value(&mut value)?;
-        members.push((key.into_owned(), value));
+        scratch.clear();
+        parser.value(&mut scratch)?;
+        members.push((key.into_owned(), scratch.as_str().to_owned()));
         Ok(())
     })?;
     parser.end()?;

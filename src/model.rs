@@ -80,7 +80,38 @@ impl Timestamp {
     /// assert_eq!(t.to_rfc3339(), "2026-11-25T22:44:57.123Z");
     /// ```
     pub fn to_rfc3339(&self) -> String {
-        self.0.to_rfc3339_opts(SecondsFormat::Millis, true)
+        match self.digits() {
+            Some(text) => String::from_utf8_lossy(&text).into_owned(),
+            None => self.0.to_rfc3339_opts(SecondsFormat::Millis, true),
+        }
+    }
+
+    /// The 24 bytes [`Self::to_rfc3339`] writes for a year from 0 to 9999 outside a
+    /// leap second (`None` otherwise: chrono writes those): put together from the
+    /// time's fields, where chrono's formatter (about 700 instructions) ran through
+    /// `core::fmt` for each of the few times every event is written out.
+    fn digits(&self) -> Option<[u8; 24]> {
+        use chrono::{Datelike, Timelike};
+        let t = self.0.naive_utc();
+        let (year, nanos) = (u32::try_from(t.year()).ok()?, t.nanosecond());
+        if year > 9999 || nanos >= 1_000_000_000 {
+            return None;
+        }
+        let mut out = *b"0000-00-00T00:00:00.000Z";
+        let mut put = |at: usize, width: usize, mut value: u32| {
+            for i in (at..at + width).rev() {
+                out[i] = b'0' + (value % 10) as u8;
+                value /= 10;
+            }
+        };
+        put(0, 4, year);
+        put(5, 2, t.month());
+        put(8, 2, t.day());
+        put(11, 2, t.hour());
+        put(14, 2, t.minute());
+        put(17, 2, t.second());
+        put(20, 3, nanos / 1_000_000);
+        Some(out)
     }
 
     /// Parses any RFC 3339 timestamp (used for stored values and `before=` filters).
@@ -451,4 +482,44 @@ pub struct DeadLetterEvent {
     /// The payload.
     #[schema(value_type = serde_json::Value)]
     pub payload: Box<serde_json::value::RawValue>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Timestamp;
+    use chrono::{DateTime, NaiveDate, SecondsFormat, Utc};
+    use proptest::prelude::*;
+
+    /// What chrono writes, the form every stored timestamp has.
+    fn chrono_text(t: &Timestamp) -> String {
+        t.0.to_rfc3339_opts(SecondsFormat::Millis, true)
+    }
+
+    proptest! {
+        /// Any millisecond from year 0 to 9999 is written as chrono writes it.
+        #[test]
+        fn written_as_chrono_writes_it(millis in -62_167_219_200_000_i64..253_402_300_800_000) {
+            let t = Timestamp(DateTime::from_timestamp_millis(millis).expect("in range"));
+            prop_assert_eq!(t.to_rfc3339(), chrono_text(&t));
+        }
+    }
+
+    /// Years chrono writes with a sign, and a leap second, are left to chrono.
+    #[test]
+    fn the_edges_are_chrono_s() {
+        let leap = NaiveDate::from_ymd_opt(2016, 12, 31)
+            .and_then(|d| d.and_hms_milli_opt(23, 59, 59, 1_500))
+            .expect("a leap second");
+        for t in [
+            DateTime::<Utc>::from_naive_utc_and_offset(leap, Utc),
+            DateTime::from_timestamp_millis(-62_167_219_200_001).expect("year -1"),
+            DateTime::from_timestamp_millis(253_402_300_800_000).expect("year 10000"),
+            DateTime::from_timestamp_millis(0).expect("the epoch"),
+        ] {
+            let t = Timestamp(t);
+            assert_eq!(t.to_rfc3339(), chrono_text(&t));
+        }
+        let epoch = Timestamp(DateTime::from_timestamp_millis(0).expect("the epoch"));
+        assert_eq!(epoch.to_rfc3339(), "1970-01-01T00:00:00.000Z");
+    }
 }

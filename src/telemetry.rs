@@ -149,6 +149,40 @@ impl DeliveryMetrics {
     }
 }
 
+/// `hookbox_events_received_total`'s handles, one per `event_type` label, each
+/// found at the label's first event. Looking the counter up on every event built
+/// its key (the label copied into it), hashed it and searched the recorder's
+/// registry; a label the routing table gives is now one map lookup by `&str`.
+/// Labels are bounded as the recorder's own registry is: by the routing table's
+/// patterns (docs/api.md, "Probes and metrics").
+///
+/// ```
+/// use hookbox::telemetry::ReceivedCounters;
+///
+/// let received = ReceivedCounters::default();
+/// received.increment("order.created");
+/// received.increment("other");
+/// ```
+#[derive(Debug, Default)]
+pub struct ReceivedCounters(std::sync::Mutex<std::collections::HashMap<String, metrics::Counter>>);
+
+impl ReceivedCounters {
+    /// Counts one event under `label`.
+    pub fn increment(&self, label: &str) {
+        let mut handles = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(counter) = handles.get(label) {
+            counter.increment(1);
+            return;
+        }
+        let counter = metrics::counter!(names::EVENTS_RECEIVED, "event_type" => label.to_owned());
+        counter.increment(1);
+        handles.insert(label.to_owned(), counter);
+    }
+}
+
 /// A copy looks its handles up again: a copied route may be renamed.
 impl Clone for DeliveryMetrics {
     fn clone(&self) -> Self {
@@ -265,7 +299,7 @@ pub fn describe() {
 
 #[cfg(test)]
 mod tests {
-    use super::{DeliveryMetrics, DeliveryOutcome};
+    use super::{DeliveryMetrics, DeliveryOutcome, ReceivedCounters};
     use metrics_exporter_prometheus::PrometheusBuilder;
 
     /// The kept handles count what the `metrics::counter!` lookups counted: per
@@ -297,5 +331,26 @@ mod tests {
             !text.contains(r#"handler="invoices",outcome="completed""#),
             "{text}"
         );
+    }
+
+    /// Each label counts its own events through its kept handle.
+    #[test]
+    fn received_counters_count_per_label() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            let received = ReceivedCounters::default();
+            for _ in 0..3 {
+                received.increment("order.created");
+            }
+            received.increment("github.*");
+        });
+        let text = handle.render();
+        for line in [
+            r#"hookbox_events_received_total{event_type="order.created"} 3"#,
+            r#"hookbox_events_received_total{event_type="github.*"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
     }
 }

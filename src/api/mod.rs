@@ -28,9 +28,9 @@ pub(crate) mod subscribers;
 
 use std::sync::Arc;
 
+use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::middleware::{from_fn_with_state, map_response};
-use axum::{Extension, Router};
 use http::StatusCode;
 use tower::ServiceBuilder;
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter, UtoipaMethodRouterExt};
@@ -64,8 +64,7 @@ pub(crate) fn router(app: AppState) -> Router {
         .layer(
             ServiceBuilder::new()
                 .layer(request_tracing())
-                .layer(HttpMetricsLayer::new())
-                .layer(Extension(probes::OpenApiJson(openapi::json().into()))),
+                .layer(HttpMetricsLayer::new()),
         )
         .with_state(app)
 }

@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
+use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
 use serde_json::json;
 use tracing::warn;
 
@@ -126,10 +126,10 @@ async fn update_gauges(inbox: &Inbox, store: &dyn Store) {
     }
 }
 
-/// The API's OpenAPI document as served: built once by [`super::router`] from the
-/// route table and handed to [`openapi`] as a request extension.
-#[derive(Clone)]
-pub(crate) struct OpenApiJson(pub Arc<str>);
+/// The API's OpenAPI document as served, built at its first request from the
+/// route table. (It was a request extension, which every request of every route
+/// paid for: a boxed value inserted into its extensions.)
+static DOCUMENT: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
 
 /// `GET /openapi.json`: the API's OpenAPI document ([`super::openapi`]).
 #[utoipa::path(
@@ -138,7 +138,8 @@ pub(crate) struct OpenApiJson(pub Arc<str>);
     tag = "probes",
     responses((status = 200, description = "This OpenAPI 3.1 document", content_type = "application/json"))
 )]
-pub(crate) async fn openapi(Extension(OpenApiJson(document)): Extension<OpenApiJson>) -> Response {
+pub(crate) async fn openapi() -> Response {
+    let document = DOCUMENT.get_or_init(|| super::openapi::json().into());
     let mut res = document.to_string().into_response();
     res.headers_mut().insert(
         header::CONTENT_TYPE,

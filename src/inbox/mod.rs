@@ -112,6 +112,8 @@ struct Parts {
     /// Serialises "read the subscribers, rebuild the table", so that two changes
     /// that finish together cannot install an older reading over a newer one.
     reloading: tokio::sync::Mutex<()>,
+    /// `hookbox_events_received_total`, by label.
+    received: crate::telemetry::ReceivedCounters,
 }
 
 /// What admission needs to know besides the routing table.
@@ -161,6 +163,7 @@ pub(crate) fn new_inbox(
             lifecycle: admission.lifecycle,
         },
         reloading: tokio::sync::Mutex::new(()),
+        received: Default::default(),
     }))
 }
 
@@ -528,8 +531,10 @@ impl Inbox {
     /// whose sender hung up is counted too.
     fn count_received(&self, event_type: &str, unrouted: bool) {
         use crate::telemetry::names;
-        let label = self.0.registry.current().event_type_label(event_type);
-        metrics::counter!(names::EVENTS_RECEIVED, "event_type" => label).increment(1);
+        let routing = self.0.registry.current();
+        self.0
+            .received
+            .increment(&routing.event_type_label(event_type));
         if unrouted {
             metrics::counter!(names::EVENTS_UNROUTED).increment(1);
         }

@@ -237,7 +237,7 @@ impl Registry {
     /// by the routing table: `event_type` itself when a handler routes it by exact
     /// name, else the longest wildcard pattern that routes it (`github.*`, `*`),
     /// else `other`.
-    pub fn event_type_label(&self, event_type: &str) -> String {
+    pub fn event_type_label(&self, event_type: &str) -> std::borrow::Cow<'_, str> {
         let mut widest: Option<&str> = None;
         for pattern in self
             .routes
@@ -246,7 +246,7 @@ impl Registry {
             .flat_map(|r| &r.patterns)
         {
             match pattern {
-                Pattern::Exact(name) if name == event_type => return name.clone(),
+                Pattern::Exact(name) if name == event_type => return name.as_str().into(),
                 Pattern::Prefix(prefix)
                     if event_type.starts_with(prefix.as_str())
                         && widest.is_none_or(|w| prefix.len() > w.len()) =>
@@ -256,7 +256,7 @@ impl Registry {
                 _ => {}
             }
         }
-        widest.map_or_else(|| "other".to_owned(), |prefix| format!("{prefix}*"))
+        widest.map_or_else(|| "other".into(), |prefix| format!("{prefix}*").into())
     }
 
     /// One new delivery per matching handler whose filter (if any) matches, with

@@ -104,7 +104,7 @@ pub(super) fn remember<'a>(
             continue;
         }
         if inserted.created {
-            if new.idempotency_key == new.id.to_string() {
+            if super::rows::is_id_text(&new.idempotency_key, &new.id) {
                 continue;
             }
             // As stored: an event no handler routes is complete at once (the

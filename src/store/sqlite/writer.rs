@@ -409,7 +409,7 @@ fn push_id_list(script: &mut Script, ids: &[Uuid], rows: usize) {
     let repeat = ids.first().into_iter().cycle();
     let padding = repeat.take(rows.saturating_sub(ids.len()));
     for id in ids.iter().chain(padding) {
-        list.push_bind(id.to_string());
+        list.push_bind(rows::id_text(id));
     }
 }
 
@@ -441,7 +441,7 @@ fn finish(script: &mut Script, finishes: &[&Finish], rows: usize) {
                 .push_bind(now.clone());
             return;
         };
-        row.push_bind(f.delivery_id.to_string())
+        row.push_bind(rows::id_text(&f.delivery_id))
             .push_bind(f.status.as_str())
             .push_bind(i64::from(f.attempts))
             .push_bind(f.last_error.clone())
@@ -474,7 +474,7 @@ fn record_attempts(script: &mut Script, attempts: &[(Uuid, &Attempt)], rows: usi
                 .push_bind(None::<String>);
             return;
         };
-        row.push_bind(event.to_string())
+        row.push_bind(rows::id_text(&event))
             .push_bind(a.handler.clone())
             .push_bind(i64::from(a.attempt))
             .push_bind(Timestamp(a.started_at).to_rfc3339())
@@ -649,7 +649,7 @@ pub(super) fn insert_events(script: &mut Script, events: &[&NewEvent]) {
             } else {
                 Status::Pending
             };
-            row.push_bind(e.id.to_string())
+            row.push_bind(rows::id_text(&e.id))
                 .push_bind(e.idempotency_key.clone())
                 .push_bind(e.event_type.clone())
                 .push_bind(e.payload.clone())
@@ -695,8 +695,8 @@ pub(super) fn insert_deliveries(script: &mut Script, rows: &[(&NewEvent, &NewDel
                 return;
             };
             let created = e.created_at.to_rfc3339();
-            row.push_bind(d.id.to_string())
-                .push_bind(e.id.to_string())
+            row.push_bind(rows::id_text(&d.id))
+                .push_bind(rows::id_text(&e.id))
                 .push_bind(d.handler.clone())
                 .push_bind(d.ordering_value.clone())
                 .push_bind(created.clone())
