@@ -126,10 +126,16 @@ async fn update_gauges(inbox: &Inbox, store: &dyn Store) {
     }
 }
 
-/// The API's OpenAPI document as served, built at its first request from the
-/// route table. (It was a request extension, which every request of every route
-/// paid for: a boxed value inserted into its extensions.)
+/// The API's OpenAPI document as served: built once by [`super::router`] from the
+/// route table ([`keep_document`]). (It was a request extension, which every
+/// request of every route paid for: a boxed value inserted into its extensions.)
 static DOCUMENT: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
+
+/// Keeps the document `GET /openapi.json` serves; the first one kept stays (every
+/// router is built from the same route table).
+pub(crate) fn keep_document(make: impl FnOnce() -> String) {
+    DOCUMENT.get_or_init(|| make().into());
+}
 
 /// `GET /openapi.json`: the API's OpenAPI document ([`super::openapi`]).
 #[utoipa::path(
@@ -139,8 +145,8 @@ static DOCUMENT: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
     responses((status = 200, description = "This OpenAPI 3.1 document", content_type = "application/json"))
 )]
 pub(crate) async fn openapi() -> Response {
-    let document = DOCUMENT.get_or_init(|| super::openapi::json().into());
-    let mut res = document.to_string().into_response();
+    let document = DOCUMENT.get().map_or_else(String::new, |d| d.to_string());
+    let mut res = document.into_response();
     res.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
