@@ -293,6 +293,7 @@ impl App {
             },
             lifecycle,
             guard: Arc::new(crate::guard::Guard::new(config.allowed_hosts.clone())),
+            openapi: crate::state::OpenApiDocument(crate::api::openapi::json().into()),
         });
         let listener = TcpListener::bind(config.bind_addr)
             .await

@@ -54,6 +54,11 @@ pub struct MetricsExport {
     pub prometheus: Option<PrometheusHandle>,
 }
 
+/// The API's OpenAPI document as `GET /openapi.json` serves it, built once at
+/// start-up from the route table (`api::openapi`).
+#[derive(Clone)]
+pub struct OpenApiDocument(pub Arc<str>);
+
 /// Everything the request handlers share.
 pub struct Shared {
     /// The database.
@@ -77,6 +82,8 @@ pub struct Shared {
     pub lifecycle: Arc<Lifecycle>,
     /// Origin and host checks, and failed-credential counts (`ALLOWED_HOSTS`).
     pub(crate) guard: Arc<crate::guard::Guard>,
+    /// What `GET /openapi.json` serves.
+    pub openapi: OpenApiDocument,
 }
 
 /// Cheap-to-clone handle on [`Shared`], the axum state.
@@ -140,6 +147,12 @@ impl FromRef<AppState> for IntakeSettings {
             require_idempotency_key: app.require_idempotency_key,
             max_body_bytes: app.max_body_bytes,
         }
+    }
+}
+
+impl FromRef<AppState> for OpenApiDocument {
+    fn from_ref(app: &AppState) -> Self {
+        app.openapi.clone()
     }
 }
 

@@ -12,7 +12,7 @@ use tracing::warn;
 use crate::api::auth;
 use crate::api::problem::Problem;
 use crate::inbox::Inbox;
-use crate::state::{AdminToken, Lifecycle, MetricsExport};
+use crate::state::{AdminToken, Lifecycle, MetricsExport, OpenApiDocument};
 use crate::store::Store;
 use crate::telemetry::names;
 
@@ -126,17 +126,6 @@ async fn update_gauges(inbox: &Inbox, store: &dyn Store) {
     }
 }
 
-/// The API's OpenAPI document as served: built once by [`super::router`] from the
-/// route table ([`keep_document`]). (It was a request extension, which every
-/// request of every route paid for: a boxed value inserted into its extensions.)
-static DOCUMENT: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
-
-/// Keeps the document `GET /openapi.json` serves; the first one kept stays (every
-/// router is built from the same route table).
-pub(crate) fn keep_document(make: impl FnOnce() -> String) {
-    DOCUMENT.get_or_init(|| make().into());
-}
-
 /// `GET /openapi.json`: the API's OpenAPI document ([`super::openapi`]).
 #[utoipa::path(
     get,
@@ -144,9 +133,8 @@ pub(crate) fn keep_document(make: impl FnOnce() -> String) {
     tag = "probes",
     responses((status = 200, description = "This OpenAPI 3.1 document", content_type = "application/json"))
 )]
-pub(crate) async fn openapi() -> Response {
-    let document = DOCUMENT.get().map_or_else(String::new, |d| d.to_string());
-    let mut res = document.into_response();
+pub(crate) async fn openapi(State(OpenApiDocument(document)): State<OpenApiDocument>) -> Response {
+    let mut res = document.to_string().into_response();
     res.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
