@@ -20,7 +20,10 @@
 #              (not counted), then an instance under valgrind drains the 2N
 #              deliveries to `loadgen drain`; the row is per delivery, not per event
 # MODES (default "intake e2e e2e+otlp") picks modes; SMALL and LARGE (default 1000 and 4000) set the two event counts; CONNECTIONS
-# (default 8) the posting connections. Needs valgrind and python3 (the sink).
+# (default 8) the posting connections; KEEP_DIR, when set, keeps each run's
+# callgrind output there as BIN_NAME-MODE-EVENTS.out (for callgrind_annotate),
+# and CALLGRIND_ARGS adds options to callgrind's (e.g. --separate-threads=yes).
+# Needs valgrind and python3 (the sink).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -83,17 +86,25 @@ wait_ready() {
 start_counted() {
     local bin="$1" work="$2"
     shift 2
-    env -i PATH="$PATH" "$@" valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out" \
+    env -i PATH="$PATH" "$@" valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out" ${CALLGRIND_ARGS:-} \
         "$bin/hookbox" serve >"$work/log" 2>&1 &
     counted=$!
 }
 
-# stop_counted WORK: stops the hookbox `counted`, prints its instruction total and
-# removes WORK.
+# stop_counted WORK NAME: stops the hookbox `counted`, prints its instruction
+# total, keeps its counts as KEEP_DIR/NAME.out when KEEP_DIR is set and removes
+# WORK.
 stop_counted() {
     kill -TERM "$counted"
     wait "$counted" || true
-    grep -E '^(summary|totals):' "$1/callgrind.out" | head -1 | awk '{print $2}'
+    # One file, or with --separate-threads=yes one per thread (callgrind.out-NN).
+    cat "$1"/callgrind.out* | grep -E '^(summary|totals):' | awk '{n += $2} END {print n}'
+    if [ -n "${KEEP_DIR:-}" ]; then
+        mkdir -p "$KEEP_DIR"
+        for f in "$1"/callgrind.out*; do
+            cp "$f" "$KEEP_DIR/$2.out${f##*/callgrind.out}"
+        done
+    fi
     rm -rf "$1"
 }
 
@@ -128,7 +139,7 @@ drain_instructions() {
     done
     start_counted "$bin" "$work" "${env[@]}"
     wait "$drain"
-    stop_counted "$work"
+    stop_counted "$work" "$(basename "$bin")-drain-$events"
 }
 
 # total_instructions BIN MODE EVENTS
@@ -163,7 +174,7 @@ total_instructions() {
         "$loadgen" e2e --url "http://127.0.0.1:$port" --events "$events" \
             --connections "$CONNECTIONS" --timeout 30m >/dev/null
     fi
-    stop_counted "$work"
+    stop_counted "$work" "$(basename "$bin")-$mode-$events"
 }
 
 printf '| binary | mode | instructions per event (drain: per delivery) |\n|---|---|---|\n'

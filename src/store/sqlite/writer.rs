@@ -543,21 +543,23 @@ pub(super) async fn purge(
 /// when all
 /// are (or there are none); `failed` when one is dead-lettered and none is still
 /// pending or processing; `pending` while nothing was tried yet; else `processing`.
+///
+/// One pass over the event's deliveries computes the status and the attempts
+/// (one index range, each row read once), where a correlated subquery per column
+/// read them five times; the latest error is looked up only for an event whose
+/// deliveries have one.
 fn settle(script: &mut Script, events: &[Uuid], rows: usize) {
     script.push(
-        "UPDATE events SET \
-           status = CASE \
-             WHEN NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id \
-                              AND d.status <> 'completed') THEN 'completed' \
-             WHEN NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id \
-                              AND d.status IN ('pending', 'processing')) THEN 'failed' \
-             WHEN NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id \
-                              AND (d.status <> 'pending' OR d.attempts > 0)) THEN 'pending' \
-             ELSE 'processing' END, \
-           attempts = COALESCE((SELECT MAX(d.attempts) FROM deliveries d \
-                                WHERE d.event_id = events.id), 0), \
-           last_error = (SELECT d.last_error FROM deliveries d WHERE d.event_id = events.id \
-                         AND d.last_error IS NOT NULL ORDER BY d.updated_at DESC LIMIT 1), \
+        "UPDATE events SET (status, attempts, last_error) = (SELECT \
+             CASE WHEN total(d.status <> 'completed') = 0 THEN 'completed' \
+                  WHEN total(d.status IN ('pending', 'processing')) = 0 THEN 'failed' \
+                  WHEN total(d.status <> 'pending' OR d.attempts > 0) = 0 THEN 'pending' \
+                  ELSE 'processing' END, \
+             COALESCE(MAX(d.attempts), 0), \
+             CASE WHEN total(d.last_error IS NOT NULL) > 0 THEN \
+               (SELECT l.last_error FROM deliveries l WHERE l.event_id = events.id \
+                AND l.last_error IS NOT NULL ORDER BY l.updated_at DESC LIMIT 1) END \
+           FROM deliveries d WHERE d.event_id = events.id), \
            updated_at = ",
     );
     script.push_bind(Timestamp::now().to_rfc3339());
