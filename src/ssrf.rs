@@ -2,12 +2,13 @@
 //! link-local (cloud metadata at 169.254.169.254), CGNAT, multicast, broadcast or
 //! unspecified addresses, nor the IPv6 ranges that tunnel to IPv4 (NAT64
 //! `64:ff9b::/96`, 6to4 `2002::/16`, Teredo `2001::/32`), unless `ALLOWED_TARGETS`
-//! lists the network. The HTTP client uses no proxy (see
-//! [`crate::registry::kinds::http::client`]), so these checks see the real target.
+//! lists the network. The HTTP clients use no proxy (see
+//! [`crate::registry::kinds::outbound`]), so these checks see the real target.
 //!
 //! Literal addresses are checked in the URL ([`TargetGuard::check_url`]); host names
 //! are checked on every address DNS returns, at delivery time, by the HTTP client's
-//! resolver ([`TargetGuard`] implements [`reqwest::dns::Resolve`]), so a name that
+//! resolver ([`TargetGuard::allowed_addrs`], behind [`reqwest::dns::Resolve`] and
+//! hyper's resolver), so a name that
 //! later resolves to an internal address is refused too.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -84,20 +85,28 @@ impl TargetGuard {
     }
 }
 
+impl TargetGuard {
+    /// The addresses `host` resolves to that may be reached; an error when there
+    /// are none ([`TargetError::ForbiddenName`]) or the lookup failed. Both
+    /// delivery clients resolve through it.
+    pub async fn allowed_addrs(
+        &self,
+        host: &str,
+    ) -> Result<Vec<SocketAddr>, Box<dyn std::error::Error + Send + Sync>> {
+        let found = tokio::net::lookup_host((host, 0)).await?;
+        let allowed: Vec<SocketAddr> = found.filter(|a| self.check_ip(a.ip()).is_ok()).collect();
+        if allowed.is_empty() {
+            return Err(Box::new(TargetError::ForbiddenName(host.to_owned())));
+        }
+        Ok(allowed)
+    }
+}
+
 impl Resolve for TargetGuard {
     fn resolve(&self, name: Name) -> Resolving {
         let guard = self.clone();
         Box::pin(async move {
-            let host = name.as_str().to_owned();
-            let found: Vec<SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let allowed: Vec<SocketAddr> = found
-                .into_iter()
-                .filter(|a| guard.check_ip(a.ip()).is_ok())
-                .collect();
-            if allowed.is_empty() {
-                return Err(Box::new(TargetError::ForbiddenName(host)) as _);
-            }
+            let allowed = guard.allowed_addrs(name.as_str()).await?;
             Ok(Box::new(allowed.into_iter()) as Addrs)
         })
     }

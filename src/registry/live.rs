@@ -46,7 +46,7 @@ pub struct LiveRegistry {
     /// (`None`: it did not validate): what a follower compares with, and what a
     /// rebuild reuses for the subscribers that did not change.
     installed: std::sync::Mutex<HashMap<String, Installed>>,
-    client: reqwest::Client,
+    client: crate::registry::kinds::outbound::Outbound,
     guard: Arc<TargetGuard>,
     policy: Policy,
 }
@@ -55,7 +55,7 @@ impl LiveRegistry {
     /// Starts from the manifests' registry; subscribers come with [`Self::reload`].
     pub fn new(
         manifests: Registry,
-        client: reqwest::Client,
+        client: crate::registry::kinds::outbound::Outbound,
         guard: Arc<TargetGuard>,
         policy: Policy,
     ) -> Self {

@@ -125,8 +125,8 @@ pub struct Context {
     pub policy: Policy,
     /// The SSRF guard for http handlers.
     pub guard: Arc<TargetGuard>,
-    /// The shared HTTP client.
-    pub client: reqwest::Client,
+    /// The shared HTTP clients.
+    pub client: crate::registry::kinds::outbound::Outbound,
     /// Reads an environment variable (`secret_env`); tests pass their own.
     pub env: EnvLookup,
 }
@@ -231,7 +231,8 @@ pub(crate) fn test_context() -> Context {
     Context {
         policy: super::default_policy(),
         guard: Arc::new(crate::ssrf::TargetGuard::default()),
-        client: reqwest::Client::new(),
+        client: crate::registry::kinds::http::client(Arc::new(TargetGuard::default()))
+            .expect("clients"),
         env: Arc::new(|name: &str| (name == "PATH").then(|| "/bin".to_owned())),
     }
 }
@@ -537,7 +538,8 @@ mod tests {
         Context {
             policy: super::super::default_policy(),
             guard: Arc::new(TargetGuard::default()),
-            client: reqwest::Client::new(),
+            client: crate::registry::kinds::http::client(Arc::new(TargetGuard::default()))
+                .expect("clients"),
             env: Arc::new(|name: &str| (name == "PATH").then(|| "/bin".to_owned())),
         }
     }

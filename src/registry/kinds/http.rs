@@ -15,10 +15,11 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use reqwest::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
-use reqwest::{Client, StatusCode, Url};
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use reqwest::{StatusCode, Url};
 
 use super::super::{BoxHandler, Event, HandlerError, handler_fn};
+use super::outbound::{Answer, Outbound};
 use super::shaped::{self, Request, Shaped};
 use crate::config::MAX_DURATION;
 use crate::redact::Redactions;
@@ -44,37 +45,48 @@ pub struct HttpTarget {
     pub transform: Option<Arc<crate::transform::Transform>>,
 }
 
-/// Builds the one shared client: pooled keep-alive connections, no redirects, a
-/// resolver that refuses forbidden addresses (see `TargetGuard`), and no proxy:
-/// `HTTP_PROXY`, `HTTPS_PROXY` and `ALL_PROXY` are ignored (docs/handlers.md,
-/// "Outbound safety"), since a proxy
-/// would resolve and reach the target itself, past the guard.
-pub fn client(guard: Arc<TargetGuard>) -> Result<Client, reqwest::Error> {
-    Client::builder()
-        .no_proxy()
-        .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(Duration::from_secs(10))
-        .pool_idle_timeout(Duration::from_secs(90))
-        .user_agent(concat!("hookbox/", env!("CARGO_PKG_VERSION")))
-        .dns_resolver(guard)
-        .build()
+/// Builds the shared clients ([`Outbound`]): pooled keep-alive connections, no
+/// redirects, a resolver that refuses forbidden addresses (see `TargetGuard`), and
+/// no proxy: `HTTP_PROXY`, `HTTPS_PROXY` and `ALL_PROXY` are ignored
+/// (docs/handlers.md, "Outbound safety"), since a proxy would resolve and reach
+/// the target itself, past the guard.
+pub fn client(guard: Arc<TargetGuard>) -> Result<Outbound, reqwest::Error> {
+    Outbound::new(guard)
 }
 
 /// A handler that delivers to `target` with `client`.
-pub fn handler(client: Client, guard: Arc<TargetGuard>, target: HttpTarget) -> BoxHandler {
+pub fn handler(client: Outbound, guard: Arc<TargetGuard>, target: HttpTarget) -> BoxHandler {
     let hidden = Arc::new(Redactions::of_url(&target.url).and(Redactions::new(
         target.secrets.iter().map(crate::signing::Secret::base64),
     )));
+    // Parsed once: the URI an untransformed attempt goes to through hyper.
+    let plain = Arc::new(Outbound::plain_uri(&target.url));
     let target = Arc::new(target);
     handler_fn(move |event: Event| {
         let (client, guard, target) = (client.clone(), guard.clone(), target.clone());
-        let hidden = hidden.clone();
+        let (hidden, plain) = (hidden.clone(), plain.clone());
         async move {
-            deliver(&client, &guard, &target, &event, &hidden)
+            let to = To {
+                client: &client,
+                guard: &guard,
+                target: &target,
+                plain: &plain,
+            };
+            deliver(to, &event, &hidden)
                 .await
                 .map_err(|e| hide(e, &hidden))
         }
     })
+}
+
+/// Where an attempt goes and through what.
+#[derive(Clone, Copy)]
+struct To<'a> {
+    client: &'a Outbound,
+    guard: &'a TargetGuard,
+    target: &'a HttpTarget,
+    /// The target's URL as hyper's URI, when it goes through hyper.
+    plain: &'a Option<http::Uri>,
 }
 
 /// The error with every hidden value replaced.
@@ -126,13 +138,8 @@ static WEBHOOK_SIGNATURE: HeaderName = HeaderName::from_static("webhook-signatur
 static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
-async fn deliver(
-    client: &Client,
-    guard: &TargetGuard,
-    target: &HttpTarget,
-    event: &Event,
-    hidden: &Redactions,
-) -> Result<(), HandlerError> {
+async fn deliver(to: To<'_>, event: &Event, hidden: &Redactions) -> Result<(), HandlerError> {
+    let To { guard, target, .. } = to;
     guard.check_url(&target.url).map_err(|e| refused(&e))?;
     let body = body(event);
     let request = match &target.transform {
@@ -153,48 +160,34 @@ async fn deliver(
             }
         },
     };
+    let plain = if request.url == target.url {
+        to.plain.clone()
+    } else {
+        Outbound::plain_uri(&request.url)
+    };
     let Request {
         url,
         method,
-        headers,
+        headers: shaped,
         body,
     } = request;
-    let id = event.id.to_string();
-    let timestamp = unix_now();
-    let mut req = client.request(method, url);
-    for (name, value) in headers {
-        req = req.header(name, value);
-    }
-    req = req
-        .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-        .header(&WEBHOOK_ID, &id)
-        .header(&WEBHOOK_TIMESTAMP, timestamp.to_string());
-    if let Some(trace) = event.trace() {
-        req = req.header(&TRACEPARENT, trace.traceparent());
-        if let Some(state) = trace.tracestate() {
-            req = req.header(&TRACESTATE, state);
-        }
-    }
-    if !target.secrets.is_empty() {
-        let signature = signing::sign(&target.secrets, &id, timestamp, body.as_bytes());
-        req = req.header(&WEBHOOK_SIGNATURE, signature);
-    }
-    let res = req
-        .body(body)
-        .send()
+    let headers = headers(shaped, event, target, &body);
+    let mut res = to
+        .client
+        .send(method, url, plain, headers, body)
         .await
-        .map_err(|e| match guard_refusal(&e) {
+        .map_err(|e| match guard_refusal(&*e) {
             Some(refusal) => refused(refusal),
-            None => HandlerError::Retry(format!("request failed: {}", without_url(e))),
+            None => HandlerError::Retry(format!("request failed: {}", chain(&*e))),
         })?;
     let status = res.status();
     let retry_after = res.headers().get(RETRY_AFTER).and_then(parse_retry_after);
     let mut kept = Vec::new();
     if status.is_success() {
         // A success stays one even if its body never ends: wait only briefly.
-        let _ = tokio::time::timeout(SUCCESS_BODY_WAIT, read_into(res, &mut kept)).await;
+        let _ = tokio::time::timeout(SUCCESS_BODY_WAIT, read_into(&mut res, &mut kept)).await;
     } else {
-        read_into(res, &mut kept).await;
+        read_into(&mut res, &mut kept).await;
     }
     let said = hidden.apply(&text(kept)).into_owned();
     let message = (!status.is_success()).then(|| format!("HTTP {}: {said}", status.as_u16()));
@@ -203,6 +196,44 @@ async fn deliver(
         None => Ok(()),
         Some(message) => Err(classify(status, retry_after, message)),
     }
+}
+
+/// An attempt's headers: the transform's (`shaped`), then the Standard Webhooks
+/// ones, the trace context and the signature, in that order (appended: a name
+/// the transform set is sent twice, as before).
+fn headers(
+    shaped: Vec<(HeaderName, HeaderValue)>,
+    event: &Event,
+    target: &HttpTarget,
+    body: &str,
+) -> HeaderMap {
+    let mut headers = HeaderMap::with_capacity(shaped.len() + 6);
+    for (name, value) in shaped {
+        headers.append(name, value);
+    }
+    let id = event.id.to_string();
+    let timestamp = unix_now();
+    let text = |s: &str| HeaderValue::from_str(s);
+    headers.append(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if let Ok(value) = text(&id) {
+        headers.append(&WEBHOOK_ID, value);
+    }
+    headers.append(&WEBHOOK_TIMESTAMP, HeaderValue::from(timestamp));
+    if let Some(trace) = event.trace() {
+        if let Ok(value) = text(&trace.traceparent()) {
+            headers.append(&TRACEPARENT, value);
+        }
+        if let Some(value) = trace.tracestate().and_then(|s| text(s).ok()) {
+            headers.append(&TRACESTATE, value);
+        }
+    }
+    if !target.secrets.is_empty() {
+        let signature = signing::sign(&target.secrets, &id, timestamp, body.as_bytes());
+        if let Ok(value) = text(&signature) {
+            headers.append(&WEBHOOK_SIGNATURE, value);
+        }
+    }
+    headers
 }
 
 /// The request `target`'s transform makes of this attempt: a throw, a limit, a
@@ -265,11 +296,11 @@ pub fn parse_retry_after(value: &HeaderValue) -> Option<Duration> {
 
 /// Reads at most [`ERROR_BODY_BYTES`] of the answer into `kept` (never the whole
 /// of a huge one): what the attempt history keeps of it.
-async fn read_into(mut res: reqwest::Response, kept: &mut Vec<u8>) {
+async fn read_into(res: &mut Answer, kept: &mut Vec<u8>) {
     while kept.len() < ERROR_BODY_BYTES {
         match res.chunk().await {
-            Ok(Some(chunk)) => kept.extend_from_slice(&chunk),
-            _ => break,
+            Some(chunk) => kept.extend_from_slice(&chunk),
+            None => break,
         }
     }
 }
@@ -280,7 +311,6 @@ fn text(mut kept: Vec<u8>) -> String {
     String::from_utf8_lossy(&kept).into_owned()
 }
 
-/// A reqwest error's message without its URL (which may carry credentials).
 /// A target the guard refused: retried like any failure (the operator may allow
 /// it), and said at `warn`, with what to do, since it fails until someone acts.
 fn refused(e: &TargetError) -> HandlerError {
@@ -290,8 +320,8 @@ fn refused(e: &TargetError) -> HandlerError {
 
 /// The guard's refusal inside a failed request (the resolver refused every
 /// address of the target's name).
-fn guard_refusal(e: &reqwest::Error) -> Option<&TargetError> {
-    let mut source = std::error::Error::source(e);
+fn guard_refusal<'e>(e: &'e (dyn std::error::Error + 'static)) -> Option<&'e TargetError> {
+    let mut source = e.source();
     while let Some(s) = source {
         if let Some(refusal) = s.downcast_ref::<TargetError>() {
             return Some(refusal);
@@ -301,10 +331,11 @@ fn guard_refusal(e: &reqwest::Error) -> Option<&TargetError> {
     None
 }
 
-fn without_url(e: reqwest::Error) -> String {
-    let e = e.without_url();
+/// A failed request's error and its sources, `: `-separated (reqwest's without
+/// its URL, which may carry credentials: see [`Outbound::send`]).
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
-    let mut source = std::error::Error::source(&e);
+    let mut source = e.source();
     while let Some(s) = source {
         text.push_str(": ");
         text.push_str(&s.to_string());

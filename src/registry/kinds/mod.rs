@@ -3,5 +3,6 @@
 pub mod exec;
 pub mod http;
 pub mod log;
+pub mod outbound;
 pub mod shaped;
 pub mod shown;
