@@ -98,7 +98,9 @@ stop_counted() {
     kill -TERM "$counted"
     wait "$counted" || true
     # One file, or with --separate-threads=yes one per thread (callgrind.out-NN).
-    cat "$1"/callgrind.out* | grep -E '^(summary|totals):' | awk '{n += $2} END {print n}'
+    for f in "$1"/callgrind.out*; do
+        grep -m1 -E '^(summary|totals):' "$f"
+    done | awk '{n += $2} END {print n}'
     if [ -n "${KEEP_DIR:-}" ]; then
         mkdir -p "$KEEP_DIR"
         for f in "$1"/callgrind.out*; do
