@@ -171,7 +171,8 @@ async fn deliver(to: To<'_>, event: &Event, hidden: &Redactions) -> Result<(), H
         headers: shaped,
         body,
     } = request;
-    let headers = headers(shaped, event, target, &body);
+    let headers = headers(shaped, event, target, &body)
+        .map_err(|e| HandlerError::Retry(format!("request failed: {e}")))?;
     let mut res = to
         .client
         .send(method, url, plain, headers, body)
@@ -200,40 +201,34 @@ async fn deliver(to: To<'_>, event: &Event, hidden: &Redactions) -> Result<(), H
 
 /// An attempt's headers: the transform's (`shaped`), then the Standard Webhooks
 /// ones, the trace context and the signature, in that order (appended: a name
-/// the transform set is sent twice, as before).
+/// the transform set is sent twice, as before). A value that cannot be a header
+/// fails the attempt, as reqwest's builder did.
 fn headers(
     shaped: Vec<(HeaderName, HeaderValue)>,
     event: &Event,
     target: &HttpTarget,
     body: &str,
-) -> HeaderMap {
+) -> Result<HeaderMap, http::header::InvalidHeaderValue> {
     let mut headers = HeaderMap::with_capacity(shaped.len() + 6);
     for (name, value) in shaped {
         headers.append(name, value);
     }
     let id = event.id.to_string();
     let timestamp = unix_now();
-    let text = |s: &str| HeaderValue::from_str(s);
     headers.append(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    if let Ok(value) = text(&id) {
-        headers.append(&WEBHOOK_ID, value);
-    }
+    headers.append(&WEBHOOK_ID, HeaderValue::try_from(&id)?);
     headers.append(&WEBHOOK_TIMESTAMP, HeaderValue::from(timestamp));
     if let Some(trace) = event.trace() {
-        if let Ok(value) = text(&trace.traceparent()) {
-            headers.append(&TRACEPARENT, value);
-        }
-        if let Some(value) = trace.tracestate().and_then(|s| text(s).ok()) {
-            headers.append(&TRACESTATE, value);
+        headers.append(&TRACEPARENT, HeaderValue::try_from(trace.traceparent())?);
+        if let Some(state) = trace.tracestate() {
+            headers.append(&TRACESTATE, HeaderValue::try_from(state)?);
         }
     }
     if !target.secrets.is_empty() {
         let signature = signing::sign(&target.secrets, &id, timestamp, body.as_bytes());
-        if let Ok(value) = text(&signature) {
-            headers.append(&WEBHOOK_SIGNATURE, value);
-        }
+        headers.append(&WEBHOOK_SIGNATURE, HeaderValue::try_from(signature)?);
     }
-    headers
+    Ok(headers)
 }
 
 /// The request `target`'s transform makes of this attempt: a throw, a limit, a

@@ -95,8 +95,8 @@ impl Outbound {
     }
 
     /// Sends one request: to `plain` (see [`Outbound::plain_uri`]) when given,
-    /// else to `url` through reqwest. `headers` are sent as they are, after
-    /// `user-agent` and `accept`.
+    /// else to `url` through reqwest. `headers` are sent as they are (every value
+    /// of a repeated name), with `user-agent` and `accept` added where absent.
     pub async fn send(
         &self,
         method: Method,
@@ -119,15 +119,13 @@ impl Outbound {
         let mut req = http::Request::new(Full::new(Bytes::from(body)));
         *req.method_mut() = method;
         *req.uri_mut() = uri;
+        *req.headers_mut() = headers;
+        // As reqwest adds its defaults: only where the request has none.
         let sent = req.headers_mut();
-        sent.reserve(headers.len() + 2);
-        sent.insert(USER_AGENT, HeaderValue::from_static(AGENT));
-        sent.insert(ACCEPT, HeaderValue::from_static("*/*"));
-        for (name, value) in headers {
-            if let Some(name) = name {
-                sent.append(name, value);
-            }
-        }
+        sent.entry(USER_AGENT)
+            .or_insert(HeaderValue::from_static(AGENT));
+        sent.entry(ACCEPT)
+            .or_insert(HeaderValue::from_static("*/*"));
         let res = self.plain.request(req).await.map_err(Box::new)?;
         Ok(Answer::Plain(res))
     }
@@ -255,6 +253,25 @@ mod tests {
                 "{line} in {head}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn a_plain_target_gets_every_value_and_the_callers_own_agent_once() {
+        let (addr, head) = receiver().await;
+        let url: Url = format!("http://{addr}/hook").parse().expect("url");
+        let mut headers = custom();
+        headers.append("x-one", HeaderValue::from_static("2"));
+        headers.append(USER_AGENT, HeaderValue::from_static("theirs"));
+        let uri = Outbound::plain_uri(&url);
+        allowing_loopback()
+            .send(Method::POST, url, uri, headers, "{}".into())
+            .await
+            .expect("sent");
+        let head = head.await.expect("head");
+        assert!(head.contains("\r\nx-one: 1\r\n"), "{head}");
+        assert!(head.contains("\r\nx-one: 2\r\n"), "{head}");
+        assert_eq!(head.matches("\r\nuser-agent: ").count(), 1, "{head}");
+        assert!(head.contains("\r\nuser-agent: theirs\r\n"), "{head}");
     }
 
     #[tokio::test]
