@@ -223,13 +223,7 @@ async fn commit(
             _ => None,
         })
         .collect();
-    let starts: Vec<Uuid> = ops
-        .iter()
-        .filter_map(|op| match op {
-            Write::Start(delivery, _) => Some(*delivery),
-            _ => None,
-        })
-        .collect();
+    let starts = unfinished_starts(ops);
     let finishes: Vec<&Finish> = ops
         .iter()
         .filter_map(|op| match op {
@@ -266,11 +260,13 @@ async fn commit(
         .filter_map(|f| f.attempt.as_ref().map(|a| (f.event_id, a)))
         .collect();
     let rows = shape([starts.len(), finishes.len(), attempts.len(), settles.len()]);
-    for chunk in starts.chunks(ROWS_PER_STATEMENT) {
-        start(&mut script, chunk, rows);
-    }
     for chunk in finishes.chunks(ROWS_PER_STATEMENT) {
         finish(&mut script, chunk, rows);
+    }
+    // After the outcomes: a start left here is either the only write of its
+    // delivery in the batch or came after its outcome (a retry begun).
+    for chunk in starts.chunks(ROWS_PER_STATEMENT) {
+        start(&mut script, chunk, rows);
     }
     for chunk in attempts.chunks(ROWS_PER_STATEMENT) {
         record_attempts(&mut script, chunk, rows);
@@ -315,6 +311,31 @@ async fn commit(
         }
     }
     committed
+}
+
+/// The deliveries to mark `processing`: every start but those whose outcome comes
+/// later in the same batch. Such a start would be overwritten by its outcome in the
+/// same transaction (the outcome sets status, attempts, error and time whatever they
+/// were), so its `UPDATE` — a row rewrite and two index entries — is skipped; a
+/// delivery started again after an outcome in the batch (a retry) keeps its start.
+fn unfinished_starts(ops: &[Write]) -> Vec<Uuid> {
+    let last_finish: HashMap<Uuid, usize> = ops
+        .iter()
+        .enumerate()
+        .filter_map(|(i, op)| match op {
+            Write::Finish(f, _) => Some((f.delivery_id, i)),
+            _ => None,
+        })
+        .collect();
+    ops.iter()
+        .enumerate()
+        .filter_map(|(i, op)| match op {
+            Write::Start(delivery, _) if last_finish.get(delivery).is_none_or(|&f| f < i) => {
+                Some(*delivery)
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// Inside the batch's open transaction: which inserts created their event and
@@ -849,12 +870,15 @@ fn arrivals(ops: &[Write]) -> impl Iterator<Item = (Uuid, Timestamp)> + '_ {
 mod tests {
     use super::super::query_plan as plan;
     use super::{
-        PURGE, ROWS_PER_STATEMENT, SHAPES, Script, insert_deliveries, insert_events,
-        replay_selection, shape,
+        PURGE, ROWS_PER_STATEMENT, RecentKeys, SHAPES, Script, Write, commit, insert_deliveries,
+        insert_events, replay_selection, shape,
     };
     use crate::model::Timestamp;
-    use crate::model::{NewDelivery, NewEvent};
+    use crate::model::{Finish, NewDelivery, NewEvent, Status};
     use crate::store::ReplayFilter;
+    use sqlx::Connection;
+    use tokio::sync::oneshot;
+    use uuid::Uuid;
 
     /// Delivery work comes in few statement shapes, each large enough for every
     /// count and never more rows than a statement holds.
@@ -914,7 +938,6 @@ mod tests {
 
     /// The bundled SQLite's compile-time options (`PRAGMA compile_options`).
     async fn compile_options() -> Vec<String> {
-        use sqlx::Connection;
         let mut conn = sqlx::SqliteConnection::connect("sqlite::memory:")
             .await
             .expect("in-memory database");
@@ -933,6 +956,100 @@ mod tests {
             options.iter().any(|o| o == "DEFAULT_MEMSTATUS=0"),
             "{options:?}"
         );
+    }
+
+    /// One batch: what `commit` makes of `ops` on `conn`.
+    async fn run_batch(conn: &mut sqlx::SqliteConnection, ops: Vec<Write>) {
+        let recent = RecentKeys::new(16);
+        for result in commit(conn, &ops, &recent).await.expect("batch") {
+            result.expect("op");
+        }
+    }
+
+    /// A delivery's status and its event's after a batch.
+    async fn statuses(conn: &mut sqlx::SqliteConnection, delivery: Uuid) -> (String, String) {
+        sqlx::query_as(
+            "SELECT d.status, e.status FROM deliveries d JOIN events e ON e.id = d.event_id \
+             WHERE d.id = ?",
+        )
+        .bind(delivery.to_string())
+        .fetch_one(conn)
+        .await
+        .expect("statuses")
+    }
+
+    fn outcome(delivery: Uuid, event: Uuid, status: Status, attempts: u32) -> Write {
+        let finish = Finish {
+            delivery_id: delivery,
+            event_id: event,
+            status,
+            attempts,
+            last_error: None,
+            retry_after: (status == Status::Pending)
+                .then(|| Timestamp(chrono::Utc::now() + chrono::Duration::hours(1))),
+            attempt: None,
+        };
+        Write::Finish(finish, oneshot::channel().0)
+    }
+
+    /// A batch that holds a delivery's start and outcome ends as the writes would
+    /// one by one: the start its outcome follows is skipped (the outcome sets
+    /// everything), a start after an outcome (a retry begun) is applied after it.
+    #[tokio::test]
+    async fn a_batch_applies_starts_and_outcomes_in_their_order() {
+        let mut conn = sqlx::SqliteConnection::connect("sqlite::memory:")
+            .await
+            .expect("connect");
+        super::super::migrate(&mut conn).await.expect("migrate");
+        let event = NewEvent {
+            id: Uuid::now_v7(),
+            idempotency_key: "k".into(),
+            event_type: "t".into(),
+            payload: "{}".into(),
+            payload_sha256: "-".into(),
+            created_at: Timestamp::now(),
+            source: None,
+            trace: None,
+            routing_version: 0,
+            claim_lease: None,
+            deliveries: vec![NewDelivery {
+                id: Uuid::now_v7(),
+                handler: "h".into(),
+                ordering_value: None,
+            }],
+        };
+        let (e, d) = (event.id, event.deliveries[0].id);
+        run_batch(&mut conn, vec![Write::Insert(event, oneshot::channel().0)]).await;
+        assert_eq!(
+            statuses(&mut conn, d).await,
+            ("pending".into(), "pending".into())
+        );
+
+        let retry_begun = vec![
+            Write::Start(d, e),
+            outcome(d, e, Status::Pending, 1),
+            Write::Start(d, e),
+        ];
+        run_batch(&mut conn, retry_begun).await;
+        let expected = ("processing".to_string(), "processing".to_string());
+        assert_eq!(statuses(&mut conn, d).await, expected);
+
+        let done = vec![
+            outcome(d, e, Status::Pending, 2),
+            Write::Start(d, e),
+            outcome(d, e, Status::Completed, 3),
+        ];
+        run_batch(&mut conn, done).await;
+        assert_eq!(
+            statuses(&mut conn, d).await,
+            ("completed".into(), "completed".into())
+        );
+        let attempts: i64 = sqlx::query_scalar("SELECT attempts FROM deliveries WHERE id = ?")
+            .bind(d.to_string())
+            .fetch_one(&mut conn)
+            .await
+            .expect("attempts");
+        assert_eq!(attempts, 3);
     }
 
     /// A batch statement's journal stays in memory up to 4 MiB
