@@ -23,7 +23,11 @@
 # (default 8) the posting connections; KEEP_DIR, when set, keeps each run's
 # callgrind output there as BIN_NAME-MODE-EVENTS.out (for callgrind_annotate),
 # and CALLGRIND_ARGS adds options to callgrind's (e.g. --separate-threads=yes).
-# Needs valgrind and python3 (the sink).
+# The last column is the part of each count spent in SHA-256 (the payload's hash):
+# valgrind hides the CPU's SHA extensions, so under it sha2 runs its portable code,
+# about ten times the instructions it takes natively where the CPU has them (the
+# `sha_ni` flag in /proc/cpuinfo); subtract it to compare with a profile outside
+# valgrind. Needs valgrind and python3 (the sink).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -97,10 +101,17 @@ start_counted() {
 stop_counted() {
     kill -TERM "$counted"
     wait "$counted" || true
-    # One file, or with --separate-threads=yes one per thread (callgrind.out-NN).
-    for f in "$1"/callgrind.out*; do
+    # One file, or with --separate-threads=yes one per thread (callgrind.out-NN):
+    # the total, and the part spent in SHA-256's compression function.
+    local total sha
+    total="$(for f in "$1"/callgrind.out*; do
         grep -m1 -E '^(summary|totals):' "$f"
-    done | awk '{n += $2} END {print n}'
+    done | awk '{n += $2} END {print n}')"
+    sha="$(for f in "$1"/callgrind.out*; do
+        callgrind_annotate --inclusive=yes "$f" 2>/dev/null |
+            grep -m1 -F 'sha2::sha256::compress256 ' || true
+    done | awk '{gsub(",", "", $1); n += $1} END {print n + 0}')"
+    echo "$total $sha"
     if [ -n "${KEEP_DIR:-}" ]; then
         mkdir -p "$KEEP_DIR"
         for f in "$1"/callgrind.out*; do
@@ -179,15 +190,17 @@ total_instructions() {
     stop_counted "$work" "$(basename "$bin")-$mode-$events"
 }
 
-printf '| binary | mode | instructions per event (drain: per delivery) |\n|---|---|---|\n'
+printf '| binary | mode | instructions per event (drain: per delivery) | of which SHA-256 |\n|---|---|---|---|\n'
 for bin in "$@"; do
     for mode in ${MODES:-intake e2e e2e+otlp}; do
-        small="$(total_instructions "$bin" "$mode" "$SMALL")"
-        large="$(total_instructions "$bin" "$mode" "$LARGE")"
+        read -r small small_sha <<<"$(total_instructions "$bin" "$mode" "$SMALL")"
+        read -r large large_sha <<<"$(total_instructions "$bin" "$mode" "$LARGE")"
         per=$(( (large - small) / (LARGE - SMALL) ))
+        sha=$(( (large_sha - small_sha) / (LARGE - SMALL) ))
         if [ "$mode" = drain ]; then
             per=$(( per / 2 )) # two deliveries per event
+            sha=$(( sha / 2 ))
         fi
-        printf '| %s | %s | %s |\n' "$bin" "$mode" "$per"
+        printf '| %s | %s | %s | %s |\n' "$bin" "$mode" "$per" "$sha"
     done
 done
