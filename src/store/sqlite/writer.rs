@@ -318,7 +318,21 @@ async fn commit(
 /// same transaction (the outcome sets status, attempts, error and time whatever they
 /// were), so its `UPDATE` — a row rewrite and two index entries — is skipped; a
 /// delivery started again after an outcome in the batch (a retry) keeps its start.
+///
+/// Most batches hold no start (intake alone, or outcomes whose starts went in an
+/// earlier batch): those build nothing.
 fn unfinished_starts(ops: &[Write]) -> Vec<Uuid> {
+    let starts: Vec<(usize, Uuid)> = ops
+        .iter()
+        .enumerate()
+        .filter_map(|(i, op)| match op {
+            Write::Start(delivery, _) => Some((i, *delivery)),
+            _ => None,
+        })
+        .collect();
+    if starts.is_empty() {
+        return Vec::new();
+    }
     let last_finish: HashMap<Uuid, usize> = ops
         .iter()
         .enumerate()
@@ -327,14 +341,10 @@ fn unfinished_starts(ops: &[Write]) -> Vec<Uuid> {
             _ => None,
         })
         .collect();
-    ops.iter()
-        .enumerate()
-        .filter_map(|(i, op)| match op {
-            Write::Start(delivery, _) if last_finish.get(delivery).is_none_or(|&f| f < i) => {
-                Some(*delivery)
-            }
-            _ => None,
-        })
+    starts
+        .into_iter()
+        .filter(|(i, delivery)| last_finish.get(delivery).is_none_or(|f| f < i))
+        .map(|(_, delivery)| delivery)
         .collect()
 }
 
@@ -880,6 +890,27 @@ mod tests {
     use tokio::sync::oneshot;
     use uuid::Uuid;
 
+    /// A new event of type `t` with key `key` and one delivery, for handler `h`.
+    fn one_delivery_event(key: &str) -> NewEvent {
+        NewEvent {
+            id: Uuid::now_v7(),
+            idempotency_key: key.into(),
+            event_type: "t".into(),
+            payload: "{}".into(),
+            payload_sha256: "-".into(),
+            created_at: Timestamp::now(),
+            source: None,
+            trace: None,
+            routing_version: 0,
+            claim_lease: None,
+            deliveries: vec![NewDelivery {
+                id: Uuid::now_v7(),
+                handler: "h".into(),
+                ordering_value: None,
+            }],
+        }
+    }
+
     /// Delivery work comes in few statement shapes, each large enough for every
     /// count and never more rows than a statement holds.
     #[test]
@@ -905,23 +936,7 @@ mod tests {
     #[test]
     fn intake_batches_of_near_sizes_share_one_script() {
         let events: Vec<NewEvent> = (0..7)
-            .map(|i| NewEvent {
-                id: uuid::Uuid::now_v7(),
-                idempotency_key: format!("k{i}"),
-                event_type: "t".into(),
-                payload: "{}".into(),
-                payload_sha256: "-".into(),
-                created_at: Timestamp::now(),
-                source: None,
-                trace: None,
-                routing_version: 0,
-                claim_lease: None,
-                deliveries: vec![NewDelivery {
-                    id: uuid::Uuid::now_v7(),
-                    handler: "h".into(),
-                    ordering_value: None,
-                }],
-            })
+            .map(|i| one_delivery_event(&format!("k{i}")))
             .collect();
         let script = |n: usize| {
             let batch: Vec<&NewEvent> = events.iter().take(n).collect();
@@ -1001,23 +1016,7 @@ mod tests {
             .await
             .expect("connect");
         super::super::migrate(&mut conn).await.expect("migrate");
-        let event = NewEvent {
-            id: Uuid::now_v7(),
-            idempotency_key: "k".into(),
-            event_type: "t".into(),
-            payload: "{}".into(),
-            payload_sha256: "-".into(),
-            created_at: Timestamp::now(),
-            source: None,
-            trace: None,
-            routing_version: 0,
-            claim_lease: None,
-            deliveries: vec![NewDelivery {
-                id: Uuid::now_v7(),
-                handler: "h".into(),
-                ordering_value: None,
-            }],
-        };
+        let event = one_delivery_event("k");
         let (e, d) = (event.id, event.deliveries[0].id);
         run_batch(&mut conn, vec![Write::Insert(event, oneshot::channel().0)]).await;
         assert_eq!(
