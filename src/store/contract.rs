@@ -139,6 +139,11 @@ async fn intake(b: &Backend) -> NewEvent {
     assert_eq!(stored.event.id, first.id);
     assert_eq!(stored.event.status, Status::Pending);
     assert_eq!(stored.event.received_count, 1);
+    assert!(
+        b.store.recent_key("key-a").is_none(),
+        "{}: a new key is remembered from its first retry on, not before",
+        b.name
+    );
 
     let retry = new_event("key-a", r#"{"n":1}"#, &["h1"]);
     let again = b.store.insert_event(retry.clone()).await.expect("retry");

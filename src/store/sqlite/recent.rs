@@ -5,9 +5,8 @@
 //! Only the writer task changes it, in commit order, so it never holds a status
 //! older than the last commit: every batch first forgets the events whose status
 //! it may change (settles, starts and attempt outcomes), before its `COMMIT`;
-//! after the `COMMIT` it remembers the events it inserted (with the status they
-//! were stored with) and the ones it found holding a key (as read inside the
-//! transaction). Replay forgets the events it resets before its commit, retention
+//! after the `COMMIT` it remembers the events it found holding a key (as read
+//! inside the transaction): a key is remembered from its first retry on. Replay forgets the events it resets before its commit, retention
 //! forgets every key before it deletes. A key the cache does not hold is asked of
 //! the table, which stays the authority (races between two new requests with one
 //! key, evicted keys).
@@ -27,7 +26,7 @@ use super::script::Script;
 use uuid::Uuid;
 
 use crate::idempotency_cache::IdempotencyCache;
-use crate::model::{NewEvent, Status, Timestamp};
+use crate::model::Timestamp;
 use crate::store::{EventSummary, Inserted};
 
 /// The recent keys of one SQLite store, and the retries counted from them that
@@ -89,37 +88,23 @@ pub(super) fn forget(recent: &RecentKeys, events: &[Uuid]) {
     }
 }
 
-/// After a commit: remembers every event an insert created or found (`inserts`:
-/// what was asked, what was found), except those whose status the same batch
-/// changed (`changed`, sorted) and events without a key of their own (their key
-/// is their id; nobody retries them).
+/// After a commit: remembers the events that inserts found holding their key
+/// (`found`, as read inside the transaction), except those whose status the same
+/// batch changed (`changed`, sorted).
+///
+/// An event is remembered when a retry of its key first reaches the writer, not
+/// when it is created: most keys are never sent again, and remembering each new
+/// one — then forgetting it when its status changes — cost the writer more than
+/// the first retry's trip to it saves (docs/benchmarks.md, "Keys remembered when
+/// they are retried").
 pub(super) fn remember<'a>(
     recent: &RecentKeys,
-    inserts: impl Iterator<Item = (&'a NewEvent, &'a Inserted)>,
+    found: impl Iterator<Item = &'a Inserted>,
     changed: &[Uuid],
 ) {
-    for (new, inserted) in inserts {
+    for inserted in found.filter(|i| !i.created) {
         let event = &inserted.event;
-        if changed.binary_search(&event.id).is_ok() {
-            continue;
-        }
-        if inserted.created {
-            if super::rows::is_id_text(&new.idempotency_key, &new.id) {
-                continue;
-            }
-            // As stored: an event no handler routes is complete at once (the
-            // answer to its POST said `pending`).
-            let status = if new.deliveries.is_empty() {
-                Status::Completed
-            } else {
-                Status::Pending
-            };
-            let stored = EventSummary {
-                status,
-                ..event.clone()
-            };
-            recent.keys.insert(&new.idempotency_key, event.id, stored);
-        } else {
+        if changed.binary_search(&event.id).is_err() {
             recent
                 .keys
                 .insert(&event.idempotency_key, event.id, event.clone());

@@ -23,12 +23,6 @@ pub(super) fn id_text(id: &Uuid) -> String {
         .to_owned()
 }
 
-/// True when `text` is `id` as [`id_text`] writes it, without writing it to the
-/// heap.
-pub(super) fn is_id_text(text: &str, id: &Uuid) -> bool {
-    text == id.hyphenated().encode_lower(&mut Uuid::encode_buffer())
-}
-
 impl RowExt for SqliteRow {
     fn text(&self, col: &str) -> Result<&str, StoreError> {
         Ok(self.try_get(col)?)
@@ -97,7 +91,7 @@ pub(super) async fn attach_deliveries(
 
 #[cfg(test)]
 mod tests {
-    use super::{id_text, is_id_text};
+    use super::id_text;
     use uuid::Uuid;
 
     /// The text is the one `Display` writes, which every stored id was written as.
@@ -105,9 +99,6 @@ mod tests {
     fn id_text_is_the_display_text() {
         for id in [Uuid::nil(), Uuid::max(), Uuid::now_v7(), Uuid::new_v4()] {
             assert_eq!(id_text(&id), id.to_string());
-            assert!(is_id_text(&id.to_string(), &id));
-            assert!(!is_id_text(&id.to_string().to_uppercase(), &Uuid::max()));
         }
-        assert!(!is_id_text("key-1", &Uuid::now_v7()));
     }
 }

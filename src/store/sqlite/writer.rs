@@ -295,14 +295,14 @@ async fn commit(
     };
     match &committed {
         Ok(results) => {
-            let inserts = ops
+            let found = ops
                 .iter()
                 .zip(results)
                 .filter_map(|(op, result)| match (op, result) {
-                    (Write::Insert(new, _), Ok(Done::Inserted(inserted))) => Some((new, inserted)),
+                    (Write::Insert(..), Ok(Done::Inserted(inserted))) => Some(inserted),
                     _ => None,
                 });
-            recent::remember(recent, inserts, &settles);
+            recent::remember(recent, found, &settles);
         }
         Err(_) => {
             // The script stopped at the failing statement, or a later step failed:
