@@ -1,4 +1,4 @@
-//! A bounded, sharded map of recently committed idempotency keys: what intake's
+//! A bounded, sharded map of recently retried idempotency keys: what intake's
 //! idempotency layer answers a retry from without asking the database.
 //!
 //! [`IdempotencyCache`] maps a key to the event that holds it (its id and a value,

@@ -2,8 +2,8 @@
 //!
 //! Parsing happens once: the idempotency layer's store ([`EventsIdempotency`]) parses
 //! the body to learn the key and fingerprint and leaves the [`Submission`] in the
-//! request's extensions for [`intake`]. A retry of a recently committed key is
-//! answered by that store from the store's recent keys, without reaching the
+//! request's extensions for [`intake`]. A retry of a key retried lately (its
+//! second request on) is answered by that store from the store's recent keys, without reaching the
 //! database's writer (docs/architecture.md, "Idempotency keys"). The body goes straight to the payload's
 //! canonical text ([`crate::json`]), with no tree of values: numbers are kept digit
 //! for digit, and an object with a key twice is a 400 `invalid_body`.
@@ -183,7 +183,7 @@ pub(crate) struct EventsIdempotency {
 }
 
 impl EventsIdempotency {
-    /// The answer to a retry of a recently committed key, or `None` when the table
+    /// The answer to a retry of a key retried lately, or `None` when the table
     /// must answer.
     async fn known(&self, parts: &http::request::Parts, key: &str, asked: &str) -> Option<Begin> {
         let parsed = parts.extensions.get::<Submission>()?;
@@ -235,7 +235,7 @@ impl IdempotencyStore for EventsIdempotency {
         }
     }
 
-    /// Answers a recently committed key from memory; any other key proceeds: the
+    /// Answers a key retried lately from memory; any other key proceeds: the
     /// events table's UNIQUE key settles it inside the commit itself ([`intake`]
     /// answers 200 or 422 from what the insert found), which is race-free under
     /// any concurrency and spares every new event a read.

@@ -72,7 +72,7 @@ pub struct SqliteStore {
     read: SqlitePool,
     writes: mpsc::Sender<Write>,
     stats: Arc<super::StatsCache>,
-    /// The keys the writer committed lately ([`RECENT_KEYS`] at most), which
+    /// The keys the writer found taken lately ([`RECENT_KEYS`] at most), which
     /// [`Store::recent_key`] answers from.
     recent: Arc<RecentKeys>,
     /// Seal and open subscriber secrets ([`SqliteStore::with_keys`]).

@@ -1,6 +1,7 @@
-//! The recent keys: the SQLite store's [`IdempotencyCache`] of the events its writer
-//! committed, which [`Store::recent_key`](crate::store::Store::recent_key) answers
-//! from, and the writer's side of keeping it true.
+//! The recent keys: the SQLite store's [`IdempotencyCache`] of the events whose key
+//! its writer found taken (a retry that reached it), which
+//! [`Store::recent_key`](crate::store::Store::recent_key) answers from, and the
+//! writer's side of keeping it true.
 //!
 //! Only the writer task changes it, in commit order, so it never holds a status
 //! older than the last commit: every batch first forgets the events whose status
