@@ -7,8 +7,9 @@
 //! older than the last commit: every batch first forgets the events whose status
 //! it may change (settles, starts and attempt outcomes), before its `COMMIT`;
 //! after the `COMMIT` it remembers the events it found holding a key (as read
-//! inside the transaction): a key is remembered from its first retry on. Replay forgets the events it resets before its commit, retention
-//! forgets every key before it deletes. A key the cache does not hold is asked of
+//! inside the transaction): a key is remembered from its first retry on. Replay
+//! forgets the events it resets before its commit, retention forgets every key
+//! before it deletes. A key the cache does not hold is asked of
 //! the table, which stays the authority (races between two new requests with one
 //! key, evicted keys).
 //!
