@@ -168,8 +168,8 @@ pub(crate) fn invalid_key(detail: &str) -> Problem {
 /// The idempotency store of intake: the events table, with the store's recent keys
 /// in front ([`Store::recent_key`]).
 ///
-/// A retry of a key committed recently is answered here, without a round trip to
-/// the database's writer: 200 with the event's current status, or 422
+/// A retry of a key retried recently (its second request on) is answered here,
+/// without a round trip to the database's writer: 200 with the event's current status, or 422
 /// `idempotency_key_reused` for another type or payload — what the table would
 /// answer, after the same checks [`commit`] makes first (a request those refuse,
 /// or one arriving while shutting down, goes on to the handler, which answers it).

@@ -491,8 +491,8 @@ async fn pages(b: &Backend, stored: &[Subscriber]) {
     assert!(b.store.delete_subscriber("Zed").await.expect("delete"));
 }
 
-/// The recent keys: the SQLite store answers a committed key from memory as the
-/// table holds it and counts a retry answered so (a read right after shows it);
+/// The recent keys: the SQLite store answers a key retried lately (`intake`'s retry
+/// and 422) from memory as the table holds it and counts a retry answered so (a read right after shows it);
 /// the PostgreSQL store keeps none.
 async fn recent_keys(b: &Backend, first: &NewEvent) {
     let known = b.store.recent_key("key-a");
@@ -500,7 +500,7 @@ async fn recent_keys(b: &Backend, first: &NewEvent) {
         assert!(known.is_none(), "{}: no recent keys", b.name);
         return;
     }
-    let known = known.expect("key-a was committed just now");
+    let known = known.expect("key-a was retried just now");
     assert_eq!((known.id, known.status), (first.id, Status::Pending));
     assert_eq!(known.payload_sha256, first.payload_sha256);
     assert_eq!(known.event_type, first.event_type);

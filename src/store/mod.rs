@@ -398,7 +398,7 @@ pub trait Store: Send + Sync + 'static {
     /// The event with this idempotency key, without its deliveries.
     async fn find_key(&self, key: &str) -> Result<Option<EventSummary>, StoreError>;
 
-    /// The event holding `key`, answered from memory when the key was committed
+    /// The event holding `key`, answered from memory when the key was retried
     /// recently — exactly as the table holds it now (its current status) — or
     /// `None`: the key is not known here (never used, forgotten, or this store
     /// keeps no such memory), and the table must be asked. No I/O.

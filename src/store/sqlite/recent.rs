@@ -9,9 +9,9 @@
 //! after the `COMMIT` it remembers the events it found holding a key (as read
 //! inside the transaction): a key is remembered from its first retry on. Replay
 //! forgets the events it resets before its commit, retention forgets every key
-//! before it deletes. A key the cache does not hold is asked of
-//! the table, which stays the authority (races between two new requests with one
-//! key, evicted keys).
+//! before it deletes. A key the cache does not hold is asked of the table, which
+//! stays the authority (races between two new requests with one key, evicted
+//! keys).
 //!
 //! A retry answered from the cache still counts: the writer's receipt carries it to
 //! the next batch, where one multi-row UPDATE adds the batch's receipts to
