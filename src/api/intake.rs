@@ -3,10 +3,11 @@
 //! Parsing happens once: the idempotency layer's store ([`EventsIdempotency`]) parses
 //! the body to learn the key and fingerprint and leaves the [`Submission`] in the
 //! request's extensions for [`intake`]. A retry of a key retried lately (its
-//! second request on) is answered by that store from the store's recent keys, without reaching the
-//! database's writer (docs/architecture.md, "Idempotency keys"). The body goes straight to the payload's
-//! canonical text ([`crate::json`]), with no tree of values: numbers are kept digit
-//! for digit, and an object with a key twice is a 400 `invalid_body`.
+//! second request on) is answered by that store from the store's recent keys,
+//! without reaching the database's writer (docs/architecture.md, "Idempotency
+//! keys"). The body goes straight to the payload's canonical text
+//! ([`crate::json`]), with no tree of values: numbers are kept digit for digit, and
+//! an object with a key twice is a 400 `invalid_body`.
 //!
 //! Besides the table of docs/api.md ("Intake"), in detail:
 //!
@@ -169,10 +170,11 @@ pub(crate) fn invalid_key(detail: &str) -> Problem {
 /// in front ([`Store::recent_key`]).
 ///
 /// A retry of a key retried recently (its second request on) is answered here,
-/// without a round trip to the database's writer: 200 with the event's current status, or 422
-/// `idempotency_key_reused` for another type or payload — what the table would
-/// answer, after the same checks [`commit`] makes first (a request those refuse,
-/// or one arriving while shutting down, goes on to the handler, which answers it).
+/// without a round trip to the database's writer: 200 with the event's current
+/// status, or 422 `idempotency_key_reused` for another type or payload — what the
+/// table would answer, after the same checks [`commit`] makes first (a request
+/// those refuse, or one arriving while shutting down, goes on to the handler, which
+/// answers it).
 /// The retry is still counted in `received_count` ([`Store::count_retry`]). Any
 /// other key goes on to [`intake`], where the table's UNIQUE key settles it.
 pub(crate) struct EventsIdempotency {

@@ -492,8 +492,8 @@ async fn pages(b: &Backend, stored: &[Subscriber]) {
 }
 
 /// The recent keys: the SQLite store answers a key retried lately (`intake`'s retry
-/// and 422) from memory as the table holds it and counts a retry answered so (a read right after shows it);
-/// the PostgreSQL store keeps none.
+/// and 422) from memory as the table holds it and counts a retry answered so (a
+/// read right after shows it); the PostgreSQL store keeps none.
 async fn recent_keys(b: &Backend, first: &NewEvent) {
     let known = b.store.recent_key("key-a");
     if b.claims.is_some() {

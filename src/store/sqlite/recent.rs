@@ -104,7 +104,7 @@ pub(super) fn remember<'a>(
     found: impl Iterator<Item = &'a Inserted>,
     changed: &[Uuid],
 ) {
-    for inserted in found.filter(|i| !i.created) {
+    for inserted in found {
         let event = &inserted.event;
         if changed.binary_search(&event.id).is_err() {
             recent

@@ -299,7 +299,9 @@ async fn commit(
                 .iter()
                 .zip(results)
                 .filter_map(|(op, result)| match (op, result) {
-                    (Write::Insert(..), Ok(Done::Inserted(inserted))) => Some(inserted),
+                    (Write::Insert(..), Ok(Done::Inserted(inserted))) if !inserted.created => {
+                        Some(inserted)
+                    }
                     _ => None,
                 });
             recent::remember(recent, found, &settles);
