@@ -313,6 +313,10 @@ pub struct Finish {
     /// The attempt this outcome ends, kept in the attempt history in the same commit
     /// (`None` when no attempt ran, e.g. its handler is no longer registered).
     pub attempt: Option<Attempt>,
+    /// Its delivery has an ordering key value: the next delivery of that key waits
+    /// for this outcome's commit, so a store that gathers outcomes into batches
+    /// commits it without waiting for more (PostgreSQL's finisher).
+    pub ordered: bool,
 }
 
 /// What one attempt came to.

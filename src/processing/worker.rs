@@ -400,6 +400,7 @@ fn outcome(
             last_error,
             retry_after: retry_in.map(|d| Timestamp(Timestamp::now().0 + d)),
             attempt,
+            ordered: task.ordering_value.is_some(),
         },
         retry: None,
         fresh: task.retry_after.is_none(),

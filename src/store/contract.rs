@@ -100,6 +100,7 @@ fn new_event(key: &str, payload: &str, handlers: &[&str]) -> NewEvent {
 pub(super) fn outcome(delivery: Uuid, event: Uuid, status: Status, attempts: u32) -> Finish {
     let past = Timestamp(Timestamp::now().0 - chrono::Duration::seconds(1));
     Finish {
+        ordered: false,
         delivery_id: delivery,
         event_id: event,
         status,

@@ -72,6 +72,8 @@ pub struct PgStore {
     subscribers_changed: Arc<Notify>,
     /// The group-commit task for outcomes.
     finishes: mpsc::Sender<finisher::Request>,
+    /// Told when an ordered outcome was sent (`finisher::run`).
+    hurry: Arc<Notify>,
     /// The group-commit task for intake.
     inserts: mpsc::Sender<intake::Request>,
     listening: Arc<OnceLock<()>>,
@@ -122,7 +124,15 @@ impl PgStore {
         let (owner, owns_id) = instance::take(&options, instance_id).await?;
         let owner: Arc<str> = owner.into();
         let (finishes, rx) = mpsc::channel(4096);
-        tokio::spawn(finisher::run(pool.clone(), owner.clone(), rx));
+        let hurry = Arc::new(Notify::new());
+        let linger = finisher::LINGER;
+        tokio::spawn(finisher::run(
+            pool.clone(),
+            owner.clone(),
+            rx,
+            hurry.clone(),
+            linger,
+        ));
         let (inserts, rx) = mpsc::channel(intake::MAX_BATCH * 4);
         tokio::spawn(intake::run(pool.clone(), owner.clone(), Arc::default(), rx));
         Ok(Self {
@@ -132,6 +142,7 @@ impl PgStore {
             owner,
             owns_id,
             finishes,
+            hurry,
             inserts,
             announced: Arc::new(Notify::new()),
             subscribers_changed: Arc::new(Notify::new()),
@@ -459,12 +470,7 @@ impl Store for PgStore {
     /// Records the outcome if this instance still holds the delivery's lease (if it
     /// lost it, another instance has taken the delivery over and its attempt counts).
     async fn finish(&self, finish: Finish) -> Result<(), StoreError> {
-        let (reply, answer) = oneshot::channel();
-        self.finishes
-            .send((super::storable_finish(finish), reply))
-            .await
-            .map_err(|_| StoreError::WriterGone)?;
-        answer.await.map_err(|_| StoreError::WriterGone)?
+        finisher::submit(&self.finishes, &self.hurry, super::storable_finish(finish)).await
     }
 
     async fn list_attempts(&self, event_id: Uuid) -> Result<Vec<Attempt>, StoreError> {

@@ -435,6 +435,7 @@ async fn a_refused_outcome_fails_alone_not_with_its_batch() {
     };
     let (store, claimed) = two_claimed_deliveries(&db).await;
     let finish = |task: &crate::model::DeliveryTask, error: &str| crate::model::Finish {
+        ordered: false,
         delivery_id: task.delivery_id,
         event_id: task.event_id,
         status: crate::model::Status::Failed,
@@ -467,6 +468,73 @@ async fn a_refused_outcome_fails_alone_not_with_its_batch() {
             .expect("count");
     assert_eq!(failed, 1);
     drop(store);
+}
+
+/// A small batch of outcomes lingers for more before it commits, unless one of
+/// them is ordered (the next delivery of its key waits for it): then the batch
+/// commits at once, lingering or not. Here the finisher lingers ten minutes.
+#[tokio::test]
+async fn an_ordered_outcome_commits_without_lingering() {
+    use std::sync::Arc;
+    use std::time::Duration;
+    let Some(db) = TestDb::new().await else {
+        return;
+    };
+    let (store, claimed) = two_claimed_deliveries(&db).await;
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    let hurry = Arc::new(tokio::sync::Notify::new());
+    let linger = Duration::from_secs(600);
+    let pool = store.pool().clone();
+    tokio::spawn(super::finisher::run(
+        pool,
+        store.owner.clone(),
+        rx,
+        hurry.clone(),
+        linger,
+    ));
+    let finish = |task: &crate::model::DeliveryTask, ordered| crate::model::Finish {
+        ordered,
+        ..settled_by(task, Status::Completed, 1)
+    };
+    let (first, then) = (finish(&claimed[0], false), finish(&claimed[1], true));
+    let (t, h) = (tx.clone(), hurry.clone());
+    let unordered = tokio::spawn(async move { super::finisher::submit(&t, &h, first).await });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!unordered.is_finished(), "an unordered outcome lingers");
+    let ordered = super::finisher::submit(&tx, &hurry, then);
+    tokio::time::timeout(Duration::from_secs(60), ordered)
+        .await
+        .expect("the ordered outcome commits without lingering")
+        .expect("recorded");
+    tokio::time::timeout(Duration::from_secs(60), unordered)
+        .await
+        .expect("the lingering batch commits with it")
+        .expect("joined")
+        .expect("recorded");
+    // Alone, an ordered outcome does not linger either (and this finisher is
+    // never hurried: its `hurry` is not the one `submit` tells).
+    let db = TestDb::new().await.expect("a second database");
+    let (store, claimed) = two_claimed_deliveries(&db).await;
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    let (pool, quiet) = (store.pool().clone(), Arc::new(tokio::sync::Notify::new()));
+    tokio::spawn(super::finisher::run(
+        pool,
+        store.owner.clone(),
+        rx,
+        quiet,
+        linger,
+    ));
+    let alone = super::finisher::submit(&tx, &hurry, finish(&claimed[0], true));
+    tokio::time::timeout(Duration::from_secs(60), alone)
+        .await
+        .expect("an ordered outcome alone commits at once")
+        .expect("recorded");
+    let done: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM deliveries WHERE status = 'completed'")
+            .fetch_one(store.pool())
+            .await
+            .expect("count");
+    assert_eq!(done, 1);
 }
 
 /// The contract's outcome of `task` (`boom {attempts}` unless it completed).
@@ -682,6 +750,7 @@ async fn retries_are_due_on_the_database_clock() {
     assert_eq!(claimed.len(), 1);
     let skewed = crate::model::Timestamp(chrono::Utc::now() + chrono::Duration::hours(1));
     let finish = crate::model::Finish {
+        ordered: false,
         delivery_id: claimed[0].delivery_id,
         event_id: claimed[0].event_id,
         status: crate::model::Status::Pending,
@@ -797,6 +866,7 @@ async fn deliveries_claimed_at_intake_are_stored_held_by_this_instance() {
     ] {
         store
             .finish(crate::model::Finish {
+                ordered: false,
                 delivery_id: delivery,
                 event_id: event.id,
                 status: crate::model::Status::Completed,
@@ -942,6 +1012,7 @@ async fn attempts_are_recorded_only_with_an_outcome_that_is() {
     };
     let (store, claimed) = two_claimed_deliveries(&db).await;
     let finish = |task: &crate::model::DeliveryTask| Finish {
+        ordered: false,
         delivery_id: task.delivery_id,
         event_id: task.event_id,
         status: Status::Completed,
@@ -1005,6 +1076,7 @@ async fn retention_removes_deliveries_and_attempts_with_their_event() {
         };
         store
             .finish(Finish {
+                ordered: false,
                 delivery_id: task.delivery_id,
                 event_id: event,
                 status: Status::Completed,
@@ -1131,6 +1203,7 @@ async fn a_full_batch_of_outcomes_is_recorded_and_the_planner_is_left_as_found()
     let finishes: Vec<Finish> = claimed
         .iter()
         .map(|t| Finish {
+            ordered: false,
             delivery_id: t.delivery_id,
             event_id: t.event_id,
             status: Status::Completed,

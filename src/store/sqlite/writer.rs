@@ -997,6 +997,7 @@ mod tests {
 
     fn outcome(delivery: Uuid, event: Uuid, status: Status, attempts: u32) -> Write {
         let finish = Finish {
+            ordered: false,
             delivery_id: delivery,
             event_id: event,
             status,
