@@ -125,13 +125,12 @@ impl PgStore {
         let owner: Arc<str> = owner.into();
         let (finishes, rx) = mpsc::channel(4096);
         let hurry = Arc::new(Notify::new());
-        let linger = finisher::LINGER;
         tokio::spawn(finisher::run(
             pool.clone(),
             owner.clone(),
             rx,
             hurry.clone(),
-            linger,
+            finisher::LINGER,
         ));
         let (inserts, rx) = mpsc::channel(intake::MAX_BATCH * 4);
         tokio::spawn(intake::run(pool.clone(), owner.clone(), Arc::default(), rx));

@@ -470,6 +470,25 @@ async fn a_refused_outcome_fails_alone_not_with_its_batch() {
     drop(store);
 }
 
+/// A finisher of its own over `store`'s database and owner that lingers ten
+/// minutes unless `hurry` is told; its sender.
+fn lingering_finisher(
+    store: &PgStore,
+    hurry: std::sync::Arc<tokio::sync::Notify>,
+) -> tokio::sync::mpsc::Sender<super::finisher::Request> {
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    let linger = std::time::Duration::from_secs(600);
+    let pool = store.pool().clone();
+    tokio::spawn(super::finisher::run(
+        pool,
+        store.owner.clone(),
+        rx,
+        hurry,
+        linger,
+    ));
+    tx
+}
+
 /// A small batch of outcomes lingers for more before it commits, unless one of
 /// them is ordered (the next delivery of its key waits for it): then the batch
 /// commits at once, lingering or not. Here the finisher lingers ten minutes.
@@ -481,17 +500,8 @@ async fn an_ordered_outcome_commits_without_lingering() {
         return;
     };
     let (store, claimed) = two_claimed_deliveries(&db).await;
-    let (tx, rx) = tokio::sync::mpsc::channel(16);
     let hurry = Arc::new(tokio::sync::Notify::new());
-    let linger = Duration::from_secs(600);
-    let pool = store.pool().clone();
-    tokio::spawn(super::finisher::run(
-        pool,
-        store.owner.clone(),
-        rx,
-        hurry.clone(),
-        linger,
-    ));
+    let tx = lingering_finisher(&store, hurry.clone());
     let finish = |task: &crate::model::DeliveryTask, ordered| crate::model::Finish {
         ordered,
         ..settled_by(task, Status::Completed, 1)
@@ -515,15 +525,7 @@ async fn an_ordered_outcome_commits_without_lingering() {
     // never hurried: its `hurry` is not the one `submit` tells).
     let db = TestDb::new().await.expect("a second database");
     let (store, claimed) = two_claimed_deliveries(&db).await;
-    let (tx, rx) = tokio::sync::mpsc::channel(16);
-    let (pool, quiet) = (store.pool().clone(), Arc::new(tokio::sync::Notify::new()));
-    tokio::spawn(super::finisher::run(
-        pool,
-        store.owner.clone(),
-        rx,
-        quiet,
-        linger,
-    ));
+    let tx = lingering_finisher(&store, Arc::new(tokio::sync::Notify::new()));
     let alone = super::finisher::submit(&tx, &hurry, finish(&claimed[0], true));
     tokio::time::timeout(Duration::from_secs(60), alone)
         .await
