@@ -25,7 +25,12 @@
 //! Every delivery in memory is *held*, once: a job is added only when its
 //! delivery is not held already, and its id is let go when its place in the queue
 //! is given back. A read may predate an outcome committed while it ran, so the
-//! rows it returns for deliveries let go meanwhile are dropped.
+//! rows it returns for deliveries let go meanwhile are dropped. The table may also
+//! be read before intake hands its commit over (the refill, or a key's next
+//! delivery brought back): such a delivery can run, finish and be let go before
+//! its hand-off arrives, so a handed-over job at or below the highest id taken
+//! from the table comes in without intake's task, and its worker reads the
+//! delivery as it is then (a finished one is not run again).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -90,6 +95,9 @@ struct State {
     released: Option<HashSet<Uuid>>,
     /// Deliveries whose turn came while they were held: brought back when let go.
     wanted: HashSet<Uuid>,
+    /// The highest delivery id taken from the table (see the module docs): a
+    /// hand-off at or below it may come after its delivery ran.
+    read_up_to: Uuid,
     /// Fresh work with ids up to here is in memory, finished, or brought back by
     /// whoever holds it back; the refill reads from here on.
     cursor: Uuid,
@@ -126,6 +134,7 @@ impl Window {
                     held: HashSet::new(),
                     released: None,
                     wanted: HashSet::new(),
+                    read_up_to: Uuid::nil(),
                     cursor: Uuid::nil(),
                     rewound: None,
                     spilled: true,
@@ -254,6 +263,17 @@ impl Window {
             .fetch_sub(i64::try_from(n).unwrap_or(i64::MAX), Ordering::Relaxed);
     }
 
+    /// Queues jobs taken from the table (a read, a delivery brought back), and
+    /// notes the highest delivery id among them.
+    fn enqueue_read(&self, state: &mut State, jobs: Vec<Job>) -> usize {
+        let highest = jobs.iter().filter_map(|job| match job {
+            Job::Deliver { delivery, .. } => Some(*delivery),
+            Job::Settle(_) | Job::Unrouted(_) => None,
+        });
+        state.read_up_to = highest.fold(state.read_up_to, Ord::max);
+        self.enqueue(state, jobs)
+    }
+
     /// Queues the jobs whose delivery is not held yet (and holds them).
     fn enqueue(&self, state: &mut State, jobs: impl IntoIterator<Item = Job>) -> usize {
         let fresh: Vec<Job> = jobs
@@ -303,7 +323,7 @@ impl Window {
             return;
         }
         if self.room() > 0 {
-            self.enqueue(state, [Job::deliver(delivery, event)]);
+            self.enqueue_read(state, vec![Job::deliver(delivery, event)]);
         } else {
             // Fresh or a due retry: both reads find it.
             self.rewind(state, delivery);
@@ -500,7 +520,7 @@ impl Window {
             .filter(|t| !released.contains(&t.delivery_id))
             .map(Job::claimed)
             .collect();
-        self.enqueue(state, jobs);
+        self.enqueue_read(state, jobs);
     }
 
     /// Keeps the window filled while there is room; sleeps until work is left in
@@ -619,6 +639,8 @@ impl Dispatch for Window {
         if (!state.spilled || half_empty) && self.room() >= jobs.len() {
             let unrouted = jobs.len() - deliveries;
             self.add_backlog(unrouted);
+            let read_up_to = state.read_up_to;
+            let jobs = jobs.into_iter().map(|job| maybe_ran(job, read_up_to));
             self.enqueue(&mut state, jobs);
             return;
         }
@@ -647,6 +669,20 @@ impl Dispatch for Window {
 
     fn capacity(&self) -> usize {
         self.capacity
+    }
+}
+
+/// A handed-over job whose delivery the window may have taken from the table
+/// already (its id at or below `read_up_to`) loses intake's task: it may have run
+/// since, and its worker reads what it is now.
+fn maybe_ran(job: Job, read_up_to: Uuid) -> Job {
+    match job {
+        Job::Deliver {
+            delivery,
+            event,
+            task: Some(_),
+        } if delivery <= read_up_to => Job::deliver(delivery, event),
+        job => job,
     }
 }
 
@@ -719,5 +755,94 @@ impl Window {
         {
             tokio::spawn(me.release_key(handler.clone(), value.clone()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SqliteSynchronous;
+    use crate::model::{NewDelivery, NewEvent, Status};
+    use crate::store::Store;
+    use crate::store::sqlite::SqliteStore;
+
+    fn one_delivery_event() -> NewEvent {
+        NewEvent {
+            id: Uuid::now_v7(),
+            idempotency_key: "late-hand-off".into(),
+            event_type: "order.created".into(),
+            payload: r#"{"n":1}"#.into(),
+            payload_sha256: "sha".into(),
+            created_at: Timestamp::now(),
+            source: None,
+            trace: None,
+            routing_version: 0,
+            claim_lease: None,
+            deliveries: vec![NewDelivery {
+                id: Uuid::now_v7(),
+                handler: "receiver".into(),
+                ordering_value: None,
+            }],
+        }
+    }
+
+    /// The race behind a rare duplicate delivery (and a lost attempt row: both
+    /// runs were attempt 1): the refill read a just-committed delivery before
+    /// intake handed it over, it ran and finished, and the late hand-off queued it
+    /// again with intake's task, `pending` and never tried.
+    #[tokio::test]
+    async fn a_hand_off_that_comes_after_its_delivery_ran_does_not_bring_intakes_task() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("window.db");
+        let store = Arc::new(
+            SqliteStore::open(&path, SqliteSynchronous::Normal)
+                .await
+                .expect("open"),
+        );
+        let window = Window::new(store.clone(), 100, 1_000, Lanes::new(Some(WINDOW)));
+        let event = one_delivery_event();
+        let delivery = event.deliveries[0].id;
+        store.insert_event(event.clone()).await.expect("commit");
+        // The refill finds it in the table first, and its attempt is recorded.
+        window.fill().await.expect("fill");
+        let ran = window.queue().take().await.expect("the read's job");
+        assert!(matches!(&*ran, Job::Deliver { delivery: d, .. } if *d == delivery));
+        let finish = Finish {
+            ordered: false,
+            delivery_id: delivery,
+            event_id: event.id,
+            status: Status::Completed,
+            attempts: 1,
+            last_error: None,
+            retry_after: None,
+            attempt: None,
+        };
+        store.finish(finish).await.expect("outcome");
+        drop(ran);
+        let now = store.delivery_task(delivery).await.expect("read");
+        assert!(
+            now.is_some_and(|t| t.status.is_terminal()),
+            "what a worker reads for a job without its task: finished, not run again"
+        );
+        // Intake's hand-off, late.
+        window.submit(Job::for_new_event(&event));
+        let late = window.queue().take().await.expect("the hand-off's job");
+        let Job::Deliver { task, .. } = &*late else {
+            panic!("not a delivery: {:?}", *late);
+        };
+        assert!(
+            task.is_none(),
+            "the hand-off brought intake's task (pending, never tried): {task:?}"
+        );
+        // Whereas a hand-off the table has not been read past keeps it.
+        let next = one_delivery_event();
+        let next = NewEvent {
+            idempotency_key: "on-time".into(),
+            ..next
+        };
+        store.insert_event(next.clone()).await.expect("commit");
+        window.submit(Job::for_new_event(&next));
+        let on_time = window.queue().take().await.expect("the hand-off's job");
+        assert!(matches!(&*on_time, Job::Deliver { task: Some(_), .. }));
     }
 }
