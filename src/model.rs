@@ -223,6 +223,29 @@ pub struct NewEvent {
 }
 
 impl NewEvent {
+    /// For tests: a new event of type `t` with key `key`, payload `{}` and one
+    /// delivery, for handler `h`.
+    #[cfg(test)]
+    pub(crate) fn with_one_delivery(key: &str) -> NewEvent {
+        NewEvent {
+            id: Uuid::now_v7(),
+            idempotency_key: key.into(),
+            event_type: "t".into(),
+            payload: "{}".into(),
+            payload_sha256: "-".into(),
+            created_at: Timestamp::now(),
+            source: None,
+            trace: None,
+            routing_version: 0,
+            claim_lease: None,
+            deliveries: vec![NewDelivery {
+                id: Uuid::now_v7(),
+                handler: "h".into(),
+                ordering_value: None,
+            }],
+        }
+    }
+
     /// Whether `delivery` is stored claimed by this instance ([`NewEvent::claim_lease`]):
     /// it has no ordering value and a lease is set.
     pub fn claims(&self, delivery: &NewDelivery) -> bool {

@@ -762,29 +762,9 @@ impl Window {
 mod tests {
     use super::*;
     use crate::config::SqliteSynchronous;
-    use crate::model::{NewDelivery, NewEvent, Status};
+    use crate::model::{NewEvent, Status};
     use crate::store::Store;
     use crate::store::sqlite::SqliteStore;
-
-    fn one_delivery_event() -> NewEvent {
-        NewEvent {
-            id: Uuid::now_v7(),
-            idempotency_key: "late-hand-off".into(),
-            event_type: "order.created".into(),
-            payload: r#"{"n":1}"#.into(),
-            payload_sha256: "sha".into(),
-            created_at: Timestamp::now(),
-            source: None,
-            trace: None,
-            routing_version: 0,
-            claim_lease: None,
-            deliveries: vec![NewDelivery {
-                id: Uuid::now_v7(),
-                handler: "receiver".into(),
-                ordering_value: None,
-            }],
-        }
-    }
 
     /// The race behind a rare duplicate delivery (and a lost attempt row: both
     /// runs were attempt 1): the refill read a just-committed delivery before
@@ -800,7 +780,7 @@ mod tests {
                 .expect("open"),
         );
         let window = Window::new(store.clone(), 100, 1_000, Lanes::new(Some(WINDOW)));
-        let event = one_delivery_event();
+        let event = NewEvent::with_one_delivery("late-hand-off");
         let delivery = event.deliveries[0].id;
         store.insert_event(event.clone()).await.expect("commit");
         // The refill finds it in the table first, and its attempt is recorded.
@@ -835,11 +815,7 @@ mod tests {
             "the hand-off brought intake's task (pending, never tried): {task:?}"
         );
         // Whereas a hand-off the table has not been read past keeps it.
-        let next = one_delivery_event();
-        let next = NewEvent {
-            idempotency_key: "on-time".into(),
-            ..next
-        };
+        let next = NewEvent::with_one_delivery("on-time");
         store.insert_event(next.clone()).await.expect("commit");
         window.submit(Job::for_new_event(&next));
         let on_time = window.queue().take().await.expect("the hand-off's job");

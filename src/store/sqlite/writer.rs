@@ -886,32 +886,11 @@ mod tests {
         insert_events, replay_selection, shape,
     };
     use crate::model::Timestamp;
-    use crate::model::{Finish, NewDelivery, NewEvent, Status};
+    use crate::model::{Finish, NewEvent, Status};
     use crate::store::ReplayFilter;
     use sqlx::Connection;
     use tokio::sync::oneshot;
     use uuid::Uuid;
-
-    /// A new event of type `t` with key `key` and one delivery, for handler `h`.
-    fn one_delivery_event(key: &str) -> NewEvent {
-        NewEvent {
-            id: Uuid::now_v7(),
-            idempotency_key: key.into(),
-            event_type: "t".into(),
-            payload: "{}".into(),
-            payload_sha256: "-".into(),
-            created_at: Timestamp::now(),
-            source: None,
-            trace: None,
-            routing_version: 0,
-            claim_lease: None,
-            deliveries: vec![NewDelivery {
-                id: Uuid::now_v7(),
-                handler: "h".into(),
-                ordering_value: None,
-            }],
-        }
-    }
 
     /// Delivery work comes in few statement shapes, each large enough for every
     /// count and never more rows than a statement holds.
@@ -938,7 +917,7 @@ mod tests {
     #[test]
     fn intake_batches_of_near_sizes_share_one_script() {
         let events: Vec<NewEvent> = (0..7)
-            .map(|i| one_delivery_event(&format!("k{i}")))
+            .map(|i| NewEvent::with_one_delivery(&format!("k{i}")))
             .collect();
         let script = |n: usize| {
             let batch: Vec<&NewEvent> = events.iter().take(n).collect();
@@ -1019,7 +998,7 @@ mod tests {
             .await
             .expect("connect");
         super::super::migrate(&mut conn).await.expect("migrate");
-        let event = one_delivery_event("k");
+        let event = NewEvent::with_one_delivery("k");
         let (e, d) = (event.id, event.deliveries[0].id);
         run_batch(&mut conn, vec![Write::Insert(event, oneshot::channel().0)]).await;
         assert_eq!(
