@@ -56,11 +56,12 @@ use writer::Write;
 
 /// Compiled statements the write connection keeps (see [`SqliteStore::open`]):
 /// every group-commit script shape a busy instance uses, so that none is compiled
-/// again. A batch is one script: its events padded to one of 16 sizes, its
-/// delivery work (outcomes, attempts, settles) to one of the same 16, so the shapes
-/// are that product at most; end to end at 64 connections, 20,000 events used 95.
-/// With 48 they were evicted and compiled again, over and over (callgrind: 459
-/// compilations for 4,000 events, 20,000 instructions per event).
+/// again. A batch is one script whose statements (inserts, outcomes, attempts,
+/// settles) are all padded to one of 16 row counts, so its text is that count and
+/// which parts it has. With 48 kept scripts they were evicted and compiled again,
+/// over and over (callgrind: 459 compilations for 4,000 events, 20,000
+/// instructions per event); with each part padded to a count of its own, the
+/// product of the counts outgrew even 128.
 const WRITER_STATEMENT_CACHE: usize = 128;
 
 /// How many write requests may wait for the writer before callers wait to enqueue.

@@ -10,7 +10,7 @@ use sqlx::SqliteConnection;
 use super::SqliteStore;
 use super::script::Script;
 use super::writer::{
-    self, ROWS_PER_STATEMENT, count_receipts, find_keys, insert_deliveries, insert_events,
+    self, ROWS_PER_STATEMENT, count_receipts, find_keys, insert_deliveries, insert_events, shape,
 };
 use crate::model::{NewDelivery, NewEvent, Timestamp};
 use crate::store::pull::{
@@ -116,16 +116,17 @@ async fn apply(
     batch: &PullBatch,
 ) -> Result<Option<Vec<Inserted>>, StoreError> {
     let events: Vec<&NewEvent> = batch.events.iter().map(|p| &p.event).collect();
-    let mut script = Script::new("BEGIN IMMEDIATE;");
-    for chunk in events.chunks(ROWS_PER_STATEMENT) {
-        insert_events(&mut script, chunk);
-    }
     let deliveries: Vec<(&NewEvent, &NewDelivery)> = events
         .iter()
         .flat_map(|e| e.deliveries.iter().map(move |d| (*e, d)))
         .collect();
+    let rows = shape(&[events.len(), deliveries.len()]);
+    let mut script = Script::new("BEGIN IMMEDIATE;");
+    for chunk in events.chunks(ROWS_PER_STATEMENT) {
+        insert_events(&mut script, chunk, rows);
+    }
     for chunk in deliveries.chunks(ROWS_PER_STATEMENT) {
-        insert_deliveries(&mut script, chunk);
+        insert_deliveries(&mut script, chunk, rows);
     }
     // Batches differ in size: not worth a place in the writer's statement cache.
     let rows = script

@@ -216,73 +216,20 @@ async fn commit(
     ops: &[Write],
     recent: &RecentKeys,
 ) -> Result<Vec<Result<Done, StoreError>>, StoreError> {
-    let events: Vec<&NewEvent> = ops
-        .iter()
-        .filter_map(|op| match op {
-            Write::Insert(e, _) => Some(e),
-            _ => None,
-        })
-        .collect();
-    let starts = unfinished_starts(ops);
-    let finishes: Vec<&Finish> = ops
-        .iter()
-        .filter_map(|op| match op {
-            Write::Finish(f, _) => Some(f),
-            _ => None,
-        })
-        .collect();
-    let mut settles: Vec<Uuid> = ops
-        .iter()
-        .filter_map(|op| match op {
-            Write::Settle(event) | Write::Start(_, event) => Some(*event),
-            Write::Finish(f, _) => Some(f.event_id),
-            _ => None,
-        })
-        .collect();
-    settles.sort_unstable();
-    settles.dedup();
+    let parts = Parts::of(ops);
+    let Parts {
+        events, settles, ..
+    } = &parts;
     // Before the commit, so that no retry is answered an older status after it.
-    recent::forget(recent, &settles);
+    recent::forget(recent, settles);
     let receipts = recent::receipts(arrivals(ops));
-    let mut script = Script::new("BEGIN IMMEDIATE;");
-    for chunk in events.chunks(ROWS_PER_STATEMENT) {
-        insert_events(&mut script, chunk);
-    }
-    let deliveries: Vec<(&NewEvent, &NewDelivery)> = events
-        .iter()
-        .flat_map(|e| e.deliveries.iter().map(move |d| (*e, d)))
-        .collect();
-    for chunk in deliveries.chunks(ROWS_PER_STATEMENT) {
-        insert_deliveries(&mut script, chunk);
-    }
-    let attempts: Vec<(Uuid, &Attempt)> = finishes
-        .iter()
-        .filter_map(|f| f.attempt.as_ref().map(|a| (f.event_id, a)))
-        .collect();
-    let rows = shape([starts.len(), finishes.len(), attempts.len(), settles.len()]);
-    for chunk in finishes.chunks(ROWS_PER_STATEMENT) {
-        finish(&mut script, chunk, rows);
-    }
-    // After the outcomes: a start left here is either the only write of its
-    // delivery in the batch or came after its outcome (a retry begun).
-    for chunk in starts.chunks(ROWS_PER_STATEMENT) {
-        start(&mut script, chunk, rows);
-    }
-    for chunk in attempts.chunks(ROWS_PER_STATEMENT) {
-        record_attempts(&mut script, chunk, rows);
-    }
-    for chunk in settles.chunks(ROWS_PER_STATEMENT) {
-        settle(&mut script, chunk, rows);
-    }
-    for chunk in receipts.chunks(ROWS_PER_STATEMENT) {
-        recent::count(&mut script, chunk);
-    }
+    let script = parts.script(&receipts);
     let ran = match script.build() {
         Ok(query) => query.persistent(true).fetch_all(&mut *conn).await,
         Err(e) => Err(e),
     };
     let outcome = match ran {
-        Ok(rows) => settle_inserts(conn, ops, &events, &rows).await,
+        Ok(rows) => settle_inserts(conn, ops, events, &rows).await,
         Err(e) => Err(e.into()),
     };
     let committed = match outcome {
@@ -304,7 +251,7 @@ async fn commit(
                     }
                     _ => None,
                 });
-            recent::remember(recent, found, &settles);
+            recent::remember(recent, found, settles);
         }
         Err(_) => {
             // The script stopped at the failing statement, or a later step failed:
@@ -313,6 +260,116 @@ async fn commit(
         }
     }
     committed
+}
+
+/// What one batch writes, gathered from its operations in their order.
+struct Parts<'a> {
+    /// The events to insert.
+    events: Vec<&'a NewEvent>,
+    /// Their deliveries.
+    deliveries: Vec<(&'a NewEvent, &'a NewDelivery)>,
+    /// The deliveries to mark `processing` ([`unfinished_starts`]).
+    starts: Vec<Uuid>,
+    /// The attempts' outcomes.
+    finishes: Vec<&'a Finish>,
+    /// Their attempt rows, with their events' ids.
+    attempts: Vec<(Uuid, &'a Attempt)>,
+    /// The events whose status follows their deliveries, each once.
+    settles: Vec<Uuid>,
+}
+
+impl<'a> Parts<'a> {
+    /// Gathers the parts of `ops`.
+    fn of(ops: &'a [Write]) -> Self {
+        let events: Vec<&NewEvent> = ops
+            .iter()
+            .filter_map(|op| match op {
+                Write::Insert(e, _) => Some(e),
+                _ => None,
+            })
+            .collect();
+        let deliveries = events
+            .iter()
+            .flat_map(|e| e.deliveries.iter().map(move |d| (*e, d)))
+            .collect();
+        let finishes: Vec<&Finish> = ops
+            .iter()
+            .filter_map(|op| match op {
+                Write::Finish(f, _) => Some(f),
+                _ => None,
+            })
+            .collect();
+        let attempts = finishes
+            .iter()
+            .filter_map(|f| f.attempt.as_ref().map(|a| (f.event_id, a)))
+            .collect();
+        let mut settles: Vec<Uuid> = ops
+            .iter()
+            .filter_map(|op| match op {
+                Write::Settle(event) | Write::Start(_, event) => Some(*event),
+                Write::Finish(f, _) => Some(f.event_id),
+                _ => None,
+            })
+            .collect();
+        settles.sort_unstable();
+        settles.dedup();
+        Self {
+            events,
+            deliveries,
+            starts: unfinished_starts(ops),
+            finishes,
+            attempts,
+            settles,
+        }
+    }
+
+    /// The batch's script: `BEGIN`, then one multi-row statement (per
+    /// [`ROWS_PER_STATEMENT`]) for each part that has rows, every one padded to
+    /// the same row count ([`shape`] of all the parts' counts), then the
+    /// `receipts` counted.
+    ///
+    /// One row count for the whole script, not one per statement: the text then
+    /// depends on that count and on which parts are there, so a busy instance
+    /// uses few texts, each compiled once and kept (`WRITER_STATEMENT_CACHE`).
+    /// With a count per part, intake's and delivery work's sizes multiplied into
+    /// more texts than the cache held, and SQLite parsed and planned scripts
+    /// again and again (callgrind, one `kind = "http"` handler at 64
+    /// connections: 25,600 instructions per event).
+    fn script(&self, receipts: &[(Uuid, u32, Timestamp)]) -> Script {
+        let rows = shape(&[
+            self.events.len(),
+            self.deliveries.len(),
+            self.starts.len(),
+            self.finishes.len(),
+            self.attempts.len(),
+            self.settles.len(),
+        ]);
+        let mut script = Script::new("BEGIN IMMEDIATE;");
+        for chunk in self.events.chunks(ROWS_PER_STATEMENT) {
+            insert_events(&mut script, chunk, rows);
+        }
+        for chunk in self.deliveries.chunks(ROWS_PER_STATEMENT) {
+            insert_deliveries(&mut script, chunk, rows);
+        }
+        for chunk in self.finishes.chunks(ROWS_PER_STATEMENT) {
+            finish(&mut script, chunk, rows);
+        }
+        // After the outcomes: a start left here is either the only write of its
+        // delivery in the batch or came after its outcome (a retry begun).
+        for chunk in self.starts.chunks(ROWS_PER_STATEMENT) {
+            start(&mut script, chunk, rows);
+        }
+        for chunk in self.attempts.chunks(ROWS_PER_STATEMENT) {
+            record_attempts(&mut script, chunk, rows);
+        }
+        for chunk in self.settles.chunks(ROWS_PER_STATEMENT) {
+            settle(&mut script, chunk, rows);
+        }
+        for chunk in receipts.chunks(ROWS_PER_STATEMENT) {
+            recent::count(&mut script, chunk);
+        }
+        script
+    }
 }
 
 /// The deliveries to mark `processing`: every start but those whose outcome comes
@@ -413,22 +470,28 @@ async fn settle_inserts(
     Ok(results)
 }
 
-/// Row counts the statements of delivery work (starts, outcomes, attempts,
-/// settles) are padded up to.
+/// Row counts a batch's statements (inserts, starts, outcomes, attempts, settles)
+/// are padded up to.
 const SHAPES: [usize; 16] = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256];
 
-/// The rows every statement of a batch's delivery work has: the first of
-/// [`SHAPES`] that holds the most any of them needs (a statement holds at most
+/// The rows every statement of a batch has: the first of [`SHAPES`] that holds
+/// the most any of `counts` needs (a statement holds at most
 /// [`ROWS_PER_STATEMENT`]).
 ///
 /// A batch's script is a cached statement per shape. With a statement of exactly
-/// as many rows as items, the mix of these four counts made nearly every batch of
-/// delivery work a new shape, parsed and planned again (a drain spent ~8 % of its
-/// instructions preparing scripts); padded to one common count, a batch has one
-/// of a few shapes. Padded rows change nothing (see each statement).
-fn shape(counts: [usize; 4]) -> usize {
+/// as many rows as items, the mix of the counts made nearly every batch a new
+/// shape, parsed and planned again (a drain spent ~8 % of its instructions
+/// preparing scripts); padded to one common count, a batch has one of a few
+/// shapes ([`Parts::script`]). Padded rows change nothing (see each statement).
+///
+/// ```ignore
+/// assert_eq!(shape(&[5, 1, 0]), 6);
+/// assert_eq!(shape(&[900]), ROWS_PER_STATEMENT);
+/// ```
+pub(super) fn shape(counts: &[usize]) -> usize {
     let most = counts
-        .into_iter()
+        .iter()
+        .copied()
         .max()
         .unwrap_or(0)
         .min(ROWS_PER_STATEMENT);
@@ -658,49 +721,46 @@ pub(super) async fn count_receipts(
 
 /// One multi-row INSERT that skips taken keys, then a row with how many it inserted.
 ///
-/// Its rows are padded to one of [`SHAPES`] with rows of NULLs, which the `WHERE`
-/// leaves out: the batch's script is then one of few texts, each compiled once
-/// and kept (`WRITER_STATEMENT_CACHE`), where
-/// every batch size was a text of its own, parsed and planned again.
-pub(super) fn insert_events(script: &mut Script, events: &[&NewEvent]) {
+/// Its rows are padded to `rows` (one of [`SHAPES`]) with rows of NULLs, which
+/// the `WHERE` leaves out: the batch's script is then one of few texts, each
+/// compiled once and kept (`WRITER_STATEMENT_CACHE`), where every batch size was
+/// a text of its own, parsed and planned again.
+pub(super) fn insert_events(script: &mut Script, events: &[&NewEvent], rows: usize) {
     script.push(
         "INSERT INTO events (id, idempotency_key, event_type, payload, payload_sha256, \
          status, created_at, updated_at, source, traceparent, tracestate) SELECT * FROM (",
     );
-    script.push_values(
-        padded(events, shape([events.len(), 0, 0, 0])),
-        |mut row, e| {
-            let Some(e) = e else {
-                for _ in 0..11 {
-                    row.push_bind(None::<String>);
-                }
-                return;
-            };
-            let created = e.created_at.to_rfc3339();
-            // An event no handler routes is complete at once (docs/states.md); the answer to
-            // its POST still says `pending`, the status every new event is accepted in.
-            let status = if e.deliveries.is_empty() {
-                Status::Completed
-            } else {
-                Status::Pending
-            };
-            row.push_bind(rows::id_text(&e.id))
-                .push_bind(e.idempotency_key.clone())
-                .push_bind(e.event_type.clone())
-                .push_bind(e.payload.clone())
-                .push_bind(e.payload_sha256.clone())
-                .push_bind(status.as_str())
-                .push_bind(created.clone())
-                .push_bind(created)
-                .push_bind(e.source.clone())
-                .push_bind(e.trace.as_ref().map(TraceContext::traceparent))
-                .push_bind(
-                    e.trace
-                        .as_ref()
-                        .and_then(|t| t.tracestate().map(str::to_owned)),
-                );
-        },
-    );
+    script.push_values(padded(events, rows), |mut row, e| {
+        let Some(e) = e else {
+            for _ in 0..11 {
+                row.push_bind(None::<String>);
+            }
+            return;
+        };
+        let created = e.created_at.to_rfc3339();
+        // An event no handler routes is complete at once (docs/states.md); the answer to
+        // its POST still says `pending`, the status every new event is accepted in.
+        let status = if e.deliveries.is_empty() {
+            Status::Completed
+        } else {
+            Status::Pending
+        };
+        row.push_bind(rows::id_text(&e.id))
+            .push_bind(e.idempotency_key.clone())
+            .push_bind(e.event_type.clone())
+            .push_bind(e.payload.clone())
+            .push_bind(e.payload_sha256.clone())
+            .push_bind(status.as_str())
+            .push_bind(created.clone())
+            .push_bind(created)
+            .push_bind(e.source.clone())
+            .push_bind(e.trace.as_ref().map(TraceContext::traceparent))
+            .push_bind(
+                e.trace
+                    .as_ref()
+                    .and_then(|t| t.tracestate().map(str::to_owned)),
+            );
+    });
     script.push(
         ") WHERE column1 IS NOT NULL ON CONFLICT (idempotency_key) DO NOTHING; SELECT changes();",
     );
@@ -715,29 +775,30 @@ fn padded<T: Copy>(items: &[T], rows: usize) -> impl Iterator<Item = Option<T>> 
 /// The deliveries of the events that were inserted (an event whose key was taken
 /// was not, and its fresh id is in no row, so its deliveries are skipped), padded
 /// as [`insert_events`] pads: a row of NULLs names no event.
-pub(super) fn insert_deliveries(script: &mut Script, rows: &[(&NewEvent, &NewDelivery)]) {
+pub(super) fn insert_deliveries(
+    script: &mut Script,
+    deliveries: &[(&NewEvent, &NewDelivery)],
+    rows: usize,
+) {
     script.push(
         "INSERT INTO deliveries (id, event_id, handler, ordering_value, created_at, updated_at) \
          SELECT v.* FROM (",
     );
-    script.push_values(
-        padded(rows, shape([rows.len(), 0, 0, 0])),
-        |mut row, item| {
-            let Some((e, d)) = item else {
-                for _ in 0..6 {
-                    row.push_bind(None::<String>);
-                }
-                return;
-            };
-            let created = e.created_at.to_rfc3339();
-            row.push_bind(rows::id_text(&d.id))
-                .push_bind(rows::id_text(&e.id))
-                .push_bind(d.handler.clone())
-                .push_bind(d.ordering_value.clone())
-                .push_bind(created.clone())
-                .push_bind(created);
-        },
-    );
+    script.push_values(padded(deliveries, rows), |mut row, item| {
+        let Some((e, d)) = item else {
+            for _ in 0..6 {
+                row.push_bind(None::<String>);
+            }
+            return;
+        };
+        let created = e.created_at.to_rfc3339();
+        row.push_bind(rows::id_text(&d.id))
+            .push_bind(rows::id_text(&e.id))
+            .push_bind(d.handler.clone())
+            .push_bind(d.ordering_value.clone())
+            .push_bind(created.clone())
+            .push_bind(created);
+    });
     script.push(") AS v WHERE EXISTS (SELECT 1 FROM events e WHERE e.id = v.column2);");
 }
 
@@ -882,8 +943,8 @@ fn arrivals(ops: &[Write]) -> impl Iterator<Item = (Uuid, Timestamp)> + '_ {
 mod tests {
     use super::super::query_plan as plan;
     use super::{
-        PURGE, ROWS_PER_STATEMENT, RecentKeys, SHAPES, Script, Write, commit, insert_deliveries,
-        insert_events, replay_selection, shape,
+        PURGE, Parts, ROWS_PER_STATEMENT, RecentKeys, SHAPES, Script, Write, commit,
+        insert_deliveries, insert_events, replay_selection, shape,
     };
     use crate::model::Timestamp;
     use crate::model::{Finish, NewEvent, Status};
@@ -897,7 +958,7 @@ mod tests {
     #[test]
     fn delivery_work_is_padded_to_few_shapes() {
         for most in 1..=ROWS_PER_STATEMENT {
-            let rows = shape([most, most / 2, 0, 1]);
+            let rows = shape(&[most, most / 2, 0, 1]);
             assert!(
                 rows >= most && rows <= ROWS_PER_STATEMENT,
                 "{most} -> {rows}"
@@ -908,7 +969,7 @@ mod tests {
                 "{most} -> {rows}: over a third padding"
             );
         }
-        assert_eq!(shape([900, 3, 0, 0]), ROWS_PER_STATEMENT);
+        assert_eq!(shape(&[900, 3, 0, 0]), ROWS_PER_STATEMENT);
     }
 
     /// Batches of intake of near sizes are one script text (compiled once and
@@ -923,13 +984,57 @@ mod tests {
             let batch: Vec<&NewEvent> = events.iter().take(n).collect();
             let deliveries: Vec<_> = batch.iter().map(|e| (*e, &e.deliveries[0])).collect();
             let mut script = Script::new("");
-            insert_events(&mut script, &batch);
-            insert_deliveries(&mut script, &deliveries);
+            let rows = shape(&[batch.len(), deliveries.len()]);
+            insert_events(&mut script, &batch, rows);
+            insert_deliveries(&mut script, &deliveries, rows);
             script.sql().to_owned()
         };
         assert_eq!(script(5), script(6));
         assert_ne!(script(6), script(7));
         assert_eq!(script(3).matches("(?").count(), 2 * 3);
+    }
+
+    /// A batch's script text depends on one row count and on which parts it has,
+    /// not on each part's own count: intake and delivery work of different mixes
+    /// within one shape share a text (compiled once and kept), and every statement
+    /// of it has that many rows.
+    #[test]
+    fn mixed_batches_within_one_shape_share_one_script() {
+        let events: Vec<NewEvent> = (0..6)
+            .map(|i| NewEvent::with_one_delivery(&format!("k{i}")))
+            .collect();
+        let script = |inserted: usize, finished: usize| {
+            let ops: Vec<Write> = events
+                .iter()
+                .take(inserted)
+                .map(|e| Write::Insert(e.clone(), oneshot::channel().0))
+                .chain(
+                    events
+                        .iter()
+                        .rev()
+                        .take(finished)
+                        .map(|e| outcome(e.deliveries[0].id, e.id, Status::Completed, 1)),
+                )
+                .collect();
+            Parts::of(&ops).script(&[]).sql().to_owned()
+        };
+        assert_eq!(script(5, 1), script(1, 6));
+        assert_eq!(script(6, 2), script(2, 5));
+        assert_ne!(
+            script(5, 1),
+            script(5, 0),
+            "which parts it has still counts"
+        );
+        // `BEGIN`, then events, deliveries, outcomes and settles: 6 rows each.
+        let sql = script(1, 6);
+        let rows = |statement: &str| {
+            sql.split(';')
+                .find(|s| s.trim_start().starts_with(statement))
+                .map(|s| s.matches("(?").count())
+        };
+        assert_eq!(rows("INSERT INTO events"), Some(6));
+        assert_eq!(rows("INSERT INTO deliveries"), Some(6));
+        assert_eq!(rows("UPDATE deliveries SET status = v.column2"), Some(6));
     }
 
     /// The bundled SQLite's compile-time options (`PRAGMA compile_options`).
