@@ -19,7 +19,10 @@
 #              (max_in_flight 32 each) are filled by an instance without workers
 #              (not counted), then an instance under valgrind drains the 2N
 #              deliveries to `loadgen drain`; the row is per delivery, not per event
-# MODES (default "intake e2e e2e+otlp") picks modes; SMALL and LARGE (default 1000 and 4000) set the two event counts; CONNECTIONS
+#   deliver    `loadgen deliver`: intake and HTTP delivery at once, fan-out 2.5
+#              through three subscribers to loadgen's receiver (issue 28 item 2's
+#              `scripts/bench.sh deliver`); the row is per delivery (2.5 per event)
+# MODES (default "intake e2e e2e+otlp") picks modes (any of the above); SMALL and LARGE (default 1000 and 4000) set the two event counts; CONNECTIONS
 # (default 8) the posting connections; KEEP_DIR, when set, keeps each run's
 # callgrind output there as BIN_NAME-MODE-EVENTS.out (for callgrind_annotate),
 # and CALLGRIND_ARGS adds options to callgrind's (e.g. --separate-threads=yes).
@@ -36,8 +39,8 @@ command -v valgrind >/dev/null || { echo "bench-instructions.sh: valgrind is req
 
 for mode in ${MODES:-intake e2e e2e+otlp}; do
     case "$mode" in
-        intake | e2e | e2e+otlp | e2e+http | drain) ;;
-        *) echo "bench-instructions.sh: MODES: unknown mode '$mode' (intake, e2e, e2e+otlp, e2e+http, drain)" >&2; exit 2 ;;
+        intake | e2e | e2e+otlp | e2e+http | drain | deliver) ;;
+        *) echo "bench-instructions.sh: MODES: unknown mode '$mode' (intake, e2e, e2e+otlp, e2e+http, drain, deliver)" >&2; exit 2 ;;
     esac
 done
 SMALL="${SMALL:-1000}"
@@ -177,13 +180,16 @@ total_instructions() {
     case "$mode" in
         intake) env+=(WORKER_COUNT=0) ;;
         e2e+otlp) env+=(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$sink_port") ;;
-        e2e+http) env+=(ALLOWED_TARGETS=127.0.0.0/8) ;;
+        e2e+http | deliver) env+=(ALLOWED_TARGETS=127.0.0.0/8) ;;
     esac
     start_counted "$bin" "$work" "${env[@]}"
     wait_ready "$port"
     if [ "$mode" = intake ]; then
         "$loadgen" fill --url "http://127.0.0.1:$port" --events "$events" \
             --connections "$CONNECTIONS" --event-type bench.intake >/dev/null
+    elif [ "$mode" = deliver ]; then
+        "$loadgen" deliver --url "http://127.0.0.1:$port" --events "$events" \
+            --connections "$CONNECTIONS" --timeout 30m >/dev/null
     else
         "$loadgen" e2e --url "http://127.0.0.1:$port" --events "$events" \
             --connections "$CONNECTIONS" --timeout 30m >/dev/null
@@ -191,7 +197,7 @@ total_instructions() {
     stop_counted "$work" "$(basename "$bin")-$mode-$events"
 }
 
-printf '| binary | mode | instructions per event (drain: per delivery) | of which SHA-256 |\n|---|---|---|---|\n'
+printf '| binary | mode | instructions per event (drain, deliver: per delivery) | of which SHA-256 |\n|---|---|---|---|\n'
 for bin in "$@"; do
     for mode in ${MODES:-intake e2e e2e+otlp}; do
         read -r small small_sha <<<"$(total_instructions "$bin" "$mode" "$SMALL")"
@@ -201,6 +207,9 @@ for bin in "$@"; do
         if [ "$mode" = drain ]; then
             per=$(( per / 2 )) # two deliveries per event
             sha=$(( sha / 2 ))
+        elif [ "$mode" = deliver ]; then
+            per=$(( per * 2 / 5 )) # 2.5 deliveries per event
+            sha=$(( sha * 2 / 5 ))
         fi
         printf '| %s | %s | %s | %s |\n' "$bin" "$mode" "$per" "$sha"
     done
