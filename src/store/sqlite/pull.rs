@@ -10,7 +10,7 @@ use sqlx::SqliteConnection;
 use super::SqliteStore;
 use super::script::Script;
 use super::writer::{
-    self, ROWS_PER_STATEMENT, count_receipts, find_keys, insert_deliveries, insert_events, shape,
+    self, ROWS_PER_STATEMENT, count_receipts, find_keys, insert_deliveries, insert_events,
 };
 use crate::model::{NewDelivery, NewEvent, Timestamp};
 use crate::store::pull::{
@@ -120,13 +120,14 @@ async fn apply(
         .iter()
         .flat_map(|e| e.deliveries.iter().map(move |d| (*e, d)))
         .collect();
-    let rows = shape(&[events.len(), deliveries.len()]);
+    // Exactly as many rows as items: this script is not kept compiled (below),
+    // so padding would buy nothing.
     let mut script = Script::new("BEGIN IMMEDIATE;");
     for chunk in events.chunks(ROWS_PER_STATEMENT) {
-        insert_events(&mut script, chunk, rows);
+        insert_events(&mut script, chunk, chunk.len());
     }
     for chunk in deliveries.chunks(ROWS_PER_STATEMENT) {
-        insert_deliveries(&mut script, chunk, rows);
+        insert_deliveries(&mut script, chunk, chunk.len());
     }
     // Batches differ in size: not worth a place in the writer's statement cache.
     let rows = script
