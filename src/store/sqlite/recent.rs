@@ -24,7 +24,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::script::Script;
+use super::script::{Script, padded};
 use uuid::Uuid;
 
 use crate::idempotency_cache::IdempotencyCache;
@@ -134,17 +134,22 @@ pub(super) fn receipts(
 }
 
 /// One multi-row UPDATE of the batch's script: adds the receipts to
-/// `received_count` and moves `last_received_at` forward.
-pub(super) fn count(script: &mut Script, receipts: &[(Uuid, u32, Timestamp)]) {
+/// `received_count` and moves `last_received_at` forward. Padded to `rows` with
+/// rows of NULLs (whose id names no event), as the batch's other statements are.
+pub(super) fn count(script: &mut Script, receipts: &[(Uuid, u32, Timestamp)], rows: usize) {
     script.push(
         "UPDATE events SET received_count = events.received_count + v.column2, \
          last_received_at = CASE WHEN events.last_received_at IS NULL \
            OR events.last_received_at < v.column3 THEN v.column3 \
            ELSE events.last_received_at END FROM (",
     );
-    script.push_values(receipts, |mut row, (id, n, at)| {
+    script.push_values(padded(receipts, rows), |mut row, receipt| {
+        let Some((id, n, at)) = receipt else {
+            row.push_nulls(3);
+            return;
+        };
         row.push_bind(id.to_string())
-            .push_bind(i64::from(*n))
+            .push_bind(i64::from(n))
             .push_bind(at.to_rfc3339());
     });
     script.push(") AS v WHERE events.id = v.column1;");

@@ -119,6 +119,24 @@ impl Separated<'_> {
         self.script.push_bind(value);
         self
     }
+
+    /// Appends `n` NULLs: a padding row, which every statement of the writer
+    /// leaves out (an id that is NULL equals nothing, and the inserts' `WHERE`
+    /// skips it). Binding NULL allocates nothing, where a text is copied into a
+    /// new allocation twice.
+    pub(super) fn push_nulls(&mut self, n: usize) -> &mut Self {
+        for _ in 0..n {
+            self.push_bind(None::<String>);
+        }
+        self
+    }
+}
+
+/// `items`, then `None`s up to `rows`: a statement's rows and its padding rows
+/// (see [`Separated::push_nulls`]).
+pub(super) fn padded<T: Copy>(items: &[T], rows: usize) -> impl Iterator<Item = Option<T>> + '_ {
+    let padding = std::iter::repeat_n(None, rows.saturating_sub(items.len()));
+    items.iter().copied().map(Some).chain(padding)
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use super::recent::{self, RecentKeys};
 use super::rows::{self, SUMMARY_COLUMNS};
-use super::script::Script;
+use super::script::{Script, padded};
 use super::slow_round::{Part, Round};
 use crate::model::{Attempt, Finish, NewDelivery, NewEvent, Status, Subscriber, Timestamp};
 use crate::store::rejected::{Bounds, RejectedRow};
@@ -334,8 +334,7 @@ impl<'a> Parts<'a> {
     /// With a count per part, intake's and delivery work's sizes multiplied into
     /// more texts than the cache held, and SQLite parsed and planned scripts
     /// again and again (callgrind, one `kind = "http"` handler at 64
-    /// connections: 31,600 instructions per event). The receipts' statement is
-    /// not padded: retries answered from the recent keys are rare.
+    /// connections: 31,600 instructions per event).
     fn script(&self, receipts: &[(Uuid, u32, Timestamp)]) -> Script {
         let rows = shape(&[
             self.events.len(),
@@ -344,6 +343,7 @@ impl<'a> Parts<'a> {
             self.finishes.len(),
             self.attempts.len(),
             self.settles.len(),
+            receipts.len(),
         ]);
         let mut script = Script::new("BEGIN IMMEDIATE;");
         for chunk in self.events.chunks(ROWS_PER_STATEMENT) {
@@ -367,7 +367,7 @@ impl<'a> Parts<'a> {
             settle(&mut script, chunk, rows);
         }
         for chunk in receipts.chunks(ROWS_PER_STATEMENT) {
-            recent::count(&mut script, chunk);
+            recent::count(&mut script, chunk, rows);
         }
         script
     }
@@ -528,7 +528,7 @@ fn finish(script: &mut Script, finishes: &[&Finish], rows: usize) {
     let now: Arc<str> = Timestamp::now().to_rfc3339().into();
     script.push_values(padded(finishes, rows), |mut row, f| {
         let Some(f) = f else {
-            null_row(row, 6);
+            row.push_nulls(6);
             return;
         };
         row.push_bind(rows::id_text(&f.delivery_id))
@@ -552,7 +552,7 @@ fn record_attempts(script: &mut Script, attempts: &[(Uuid, &Attempt)], rows: usi
     );
     script.push_values(padded(attempts, rows), |mut row, item| {
         let Some((event, a)) = item else {
-            null_row(row, 10);
+            row.push_nulls(10);
             return;
         };
         row.push_bind(rows::id_text(&event))
@@ -749,21 +749,6 @@ pub(super) fn insert_events(script: &mut Script, events: &[&NewEvent], rows: usi
     script.push(
         ") WHERE column1 IS NOT NULL ON CONFLICT (idempotency_key) DO NOTHING; SELECT changes();",
     );
-}
-
-/// `items`, then `None`s up to `rows` (a statement's padding rows).
-fn padded<T: Copy>(items: &[T], rows: usize) -> impl Iterator<Item = Option<T>> + '_ {
-    let padding = std::iter::repeat_n(None, rows.saturating_sub(items.len()));
-    items.iter().copied().map(Some).chain(padding)
-}
-
-/// A padding row of `columns` NULLs. Every statement leaves such a row out (an
-/// id that is NULL equals nothing, and the inserts' `WHERE` skips it); binding
-/// NULL allocates nothing, where a text is copied into a new allocation twice.
-fn null_row(mut row: super::script::Separated<'_>, columns: usize) {
-    for _ in 0..columns {
-        row.push_bind(None::<String>);
-    }
 }
 
 /// The deliveries of the events that were inserted (an event whose key was taken
@@ -1094,8 +1079,9 @@ mod tests {
     }
 
     /// A batch whose small parts are padded far past their size (20 inserts; one
-    /// start, one outcome with its attempt, one settle) changes only what its real
-    /// rows name: the padding rows (NULLs) insert, update and settle nothing.
+    /// start, one outcome with its attempt, one settle, one retry counted) changes
+    /// only what its real rows name: the padding rows (NULLs) insert, update,
+    /// settle and count nothing.
     #[tokio::test]
     async fn padding_rows_change_nothing_in_a_mixed_batch() {
         let mut conn = sqlx::SqliteConnection::connect("sqlite::memory:")
@@ -1134,8 +1120,19 @@ mod tests {
                 Write::Insert(event, oneshot::channel().0)
             })
             .collect();
-        ops.extend([done, Write::Start(s, started.id)]);
+        ops.extend([
+            done,
+            Write::Start(s, started.id),
+            Write::Receipt(e, Timestamp::now()),
+        ]);
         run_batch(&mut conn, ops).await;
+        let received: Vec<i64> =
+            sqlx::query_scalar("SELECT received_count FROM events ORDER BY received_count DESC")
+                .fetch_all(&mut conn)
+                .await
+                .expect("received counts");
+        assert_eq!(received[0], 2, "the retry counted on its event");
+        assert!(received[1..].iter().all(|&n| n == 1), "{received:?}");
         for (table, rows) in [("events", 22), ("deliveries", 22), ("attempts", 1)] {
             let sql = format!("SELECT count(*) FROM {table}");
             let found: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
