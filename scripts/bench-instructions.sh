@@ -22,6 +22,12 @@
 #   deliver    `loadgen deliver`: intake and HTTP delivery at once, fan-out 2.5
 #              through three subscribers to loadgen's receiver (issue 28 item 2's
 #              `scripts/bench.sh deliver`); the row is per delivery (2.5 per event)
+# How far to trust a row: `intake` and `e2e+http` repeat within about 3-7 % for
+# one binary; `e2e`, `drain` and `deliver` move by 10-15 % between runs, since how
+# the writer's batches fall under valgrind follows timing (and with it the padding
+# of each batch's statements): run those several rounds, interleaved, and compare
+# medians, or compare functions in the KEEP_DIR profiles (docs/benchmarks.md, "One
+# row count per batch", lists such runs).
 # MODES (default "intake e2e e2e+otlp") picks modes (any of the above); SMALL and LARGE (default 1000 and 4000) set the two event counts; CONNECTIONS
 # (default 8) the posting connections; KEEP_DIR, when set, keeps each run's
 # callgrind output there as BIN_NAME-MODE-EVENTS.out (for callgrind_annotate),
