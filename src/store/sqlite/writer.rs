@@ -207,10 +207,11 @@ fn answer(ops: impl Iterator<Item = Write>, results: Vec<Result<Done, StoreError
 /// (the script, then `COMMIT`) instead of one per statement (measured: the round
 /// trips were a third of the writer's time). The script is a cached statement:
 /// batches of the same shape (the same padded row count and the same parts,
-/// [`Parts::script`]) skip SQLite's parse and plan. Each events INSERT reports how many rows went in; only the keys
-/// of a statement that skipped some (taken keys) are looked up, inside the still
-/// open transaction, and the retries among them (same type and payload) are
-/// counted ([`count_receipts`]) before the one `COMMIT`.
+/// [`Parts::script`]) skip SQLite's parse and plan. Each events INSERT reports
+/// how many rows went in; only the keys of a statement that skipped some (taken
+/// keys) are looked up, inside the still open transaction, and the retries among
+/// them (same type and payload) are counted ([`count_receipts`]) before the one
+/// `COMMIT`.
 async fn commit(
     conn: &mut SqliteConnection,
     ops: &[Write],
@@ -279,40 +280,30 @@ struct Parts<'a> {
 }
 
 impl<'a> Parts<'a> {
-    /// Gathers the parts of `ops`.
+    /// Gathers the parts of `ops`, in one pass.
     fn of(ops: &'a [Write]) -> Self {
-        let events: Vec<&NewEvent> = ops
-            .iter()
-            .filter_map(|op| match op {
-                Write::Insert(e, _) => Some(e),
-                _ => None,
-            })
-            .collect();
+        let (mut events, mut finishes, mut settles) = (Vec::new(), Vec::new(), Vec::new());
+        for op in ops {
+            match op {
+                Write::Insert(e, _) => events.push(e),
+                Write::Finish(f, _) => {
+                    finishes.push(f);
+                    settles.push(f.event_id);
+                }
+                Write::Settle(event) | Write::Start(_, event) => settles.push(*event),
+                Write::Receipt(..) | Write::Reject(..) | Write::Solo(_) => {}
+            }
+        }
+        settles.sort_unstable();
+        settles.dedup();
         let deliveries = events
             .iter()
             .flat_map(|e| e.deliveries.iter().map(move |d| (*e, d)))
-            .collect();
-        let finishes: Vec<&Finish> = ops
-            .iter()
-            .filter_map(|op| match op {
-                Write::Finish(f, _) => Some(f),
-                _ => None,
-            })
             .collect();
         let attempts = finishes
             .iter()
             .filter_map(|f| f.attempt.as_ref().map(|a| (f.event_id, a)))
             .collect();
-        let mut settles: Vec<Uuid> = ops
-            .iter()
-            .filter_map(|op| match op {
-                Write::Settle(event) | Write::Start(_, event) => Some(*event),
-                Write::Finish(f, _) => Some(f.event_id),
-                _ => None,
-            })
-            .collect();
-        settles.sort_unstable();
-        settles.dedup();
         Self {
             events,
             deliveries,
@@ -489,7 +480,7 @@ const SHAPES: [usize; 16] = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 
 /// assert_eq!(shape(&[5, 1, 0]), 6);
 /// assert_eq!(shape(&[900]), ROWS_PER_STATEMENT);
 /// ```
-pub(super) fn shape(counts: &[usize]) -> usize {
+fn shape(counts: &[usize]) -> usize {
     let most = counts
         .iter()
         .copied()
@@ -717,9 +708,7 @@ pub(super) fn insert_events(script: &mut Script, events: &[&NewEvent], rows: usi
     );
     script.push_values(padded(events, rows), |mut row, e| {
         let Some(e) = e else {
-            for _ in 0..11 {
-                row.push_bind(None::<String>);
-            }
+            row.push_nulls(11);
             return;
         };
         let created = e.created_at.to_rfc3339();
@@ -765,9 +754,7 @@ pub(super) fn insert_deliveries(
     );
     script.push_values(padded(deliveries, rows), |mut row, item| {
         let Some((e, d)) = item else {
-            for _ in 0..6 {
-                row.push_bind(None::<String>);
-            }
+            row.push_nulls(6);
             return;
         };
         let created = e.created_at.to_rfc3339();
