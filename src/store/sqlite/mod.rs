@@ -13,6 +13,7 @@
 //! process ends, however it ends.
 
 mod checkpoint;
+mod checks;
 mod due;
 mod overview;
 mod pull;
@@ -271,10 +272,12 @@ fn lock(path: &Path) -> Result<Flock<File>, StoreError> {
     })
 }
 
-/// Applies the embedded SQLite migrations on one connection.
+/// Applies the embedded SQLite migrations on one connection, then writes the
+/// tables' status and outcome `CHECK`s as comparisons ([`checks`]: an `IN` list
+/// in a `CHECK` costs a table built per row).
 pub async fn migrate(conn: &mut sqlx::SqliteConnection) -> Result<(), StoreError> {
-    sqlx::migrate!("migrations/sqlite").run(conn).await?;
-    Ok(())
+    sqlx::migrate!("migrations/sqlite").run(&mut *conn).await?;
+    checks::without_in_lists(conn).await
 }
 
 #[async_trait]
