@@ -277,7 +277,8 @@ fn lock(path: &Path) -> Result<Flock<File>, StoreError> {
 /// in a `CHECK` costs a table built per row).
 pub async fn migrate(conn: &mut sqlx::SqliteConnection) -> Result<(), StoreError> {
     sqlx::migrate!("migrations/sqlite").run(&mut *conn).await?;
-    checks::without_in_lists(conn).await
+    checks::rewrite(conn).await;
+    Ok(())
 }
 
 #[async_trait]
