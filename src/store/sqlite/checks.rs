@@ -148,14 +148,20 @@ mod tests {
             .expect("connect")
     }
 
+    /// A database at `path` with the migrations alone: the `IN` lists.
+    async fn with_in_lists(path: &std::path::Path) -> SqliteConnection {
+        let mut conn = connect(path).await;
+        sqlx::migrate!("migrations/sqlite")
+            .run(&mut conn)
+            .await
+            .expect("migrations");
+        conn
+    }
+
     /// A database with the migrations alone (`IN` lists) and one migrated as
     /// hookbox migrates (comparisons), each holding the event `e1`.
     async fn both(dir: &std::path::Path) -> (SqliteConnection, SqliteConnection) {
-        let mut plain = connect(&dir.join("plain.db")).await;
-        sqlx::migrate!("migrations/sqlite")
-            .run(&mut plain)
-            .await
-            .expect("migrations");
+        let mut plain = with_in_lists(&dir.join("plain.db")).await;
         let mut ours = connect(&dir.join("ours.db")).await;
         super::super::migrate(&mut ours).await.expect("migrate");
         for conn in [&mut plain, &mut ours] {
@@ -314,11 +320,7 @@ mod tests {
     async fn a_connection_open_before_the_rewrite_checks_with_the_new_text() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("events.db");
-        let mut conn = connect(&path).await;
-        sqlx::migrate!("migrations/sqlite")
-            .run(&mut conn)
-            .await
-            .expect("migrations");
+        let mut conn = with_in_lists(&path).await;
         let mut open = connect(&path).await;
         assert!(
             insert(&mut open, Table::Events, "pending", "e1")
@@ -358,11 +360,7 @@ mod tests {
     async fn a_rewrite_that_cannot_run_leaves_the_schema_as_it_was() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("events.db");
-        let mut conn = connect(&path).await;
-        sqlx::migrate!("migrations/sqlite")
-            .run(&mut conn)
-            .await
-            .expect("migrations");
+        let mut conn = with_in_lists(&path).await;
         let text = schema(&mut conn).await;
         // Another connection holds the write lock: the IMMEDIATE transaction
         // cannot begin (these test connections do not wait for a lock).

@@ -1008,6 +1008,15 @@ mod tests {
         assert_eq!(settle.matches('?').count(), 1 + 6, "{settle}");
     }
 
+    /// A fresh in-memory database, migrated as hookbox migrates.
+    async fn migrated() -> sqlx::SqliteConnection {
+        let mut conn = sqlx::SqliteConnection::connect("sqlite::memory:")
+            .await
+            .expect("connect");
+        super::super::migrate(&mut conn).await.expect("migrate");
+        conn
+    }
+
     /// The bundled SQLite's compile-time options (`PRAGMA compile_options`).
     async fn compile_options() -> Vec<String> {
         let mut conn = sqlx::SqliteConnection::connect("sqlite::memory:")
@@ -1071,10 +1080,7 @@ mod tests {
     /// settle and count nothing.
     #[tokio::test]
     async fn padding_rows_change_nothing_in_a_mixed_batch() {
-        let mut conn = sqlx::SqliteConnection::connect("sqlite::memory:")
-            .await
-            .expect("connect");
-        super::super::migrate(&mut conn).await.expect("migrate");
+        let mut conn = migrated().await;
         let first = NewEvent::with_one_delivery("first");
         let started = NewEvent::with_one_delivery("started");
         let (e, d) = (first.id, first.deliveries[0].id);
@@ -1151,10 +1157,7 @@ mod tests {
     /// everything), a start after an outcome (a retry begun) is applied after it.
     #[tokio::test]
     async fn a_batch_applies_starts_and_outcomes_in_their_order() {
-        let mut conn = sqlx::SqliteConnection::connect("sqlite::memory:")
-            .await
-            .expect("connect");
-        super::super::migrate(&mut conn).await.expect("migrate");
+        let mut conn = migrated().await;
         let event = NewEvent::with_one_delivery("k");
         let (e, d) = (event.id, event.deliveries[0].id);
         run_batch(&mut conn, vec![Write::Insert(event, oneshot::channel().0)]).await;
