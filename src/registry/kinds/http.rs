@@ -313,10 +313,10 @@ fn refused(e: &TargetError) -> HandlerError {
     HandlerError::Retry(e.to_string())
 }
 
-/// The guard's refusal inside a failed request (the resolver refused every
-/// address of the target's name).
+/// The guard's refusal, as a failed request's error or inside it (the guard
+/// refused every address of the target's name, or its IP literal).
 fn guard_refusal<'e>(e: &'e (dyn std::error::Error + 'static)) -> Option<&'e TargetError> {
-    let mut source = e.source();
+    let mut source = Some(e);
     while let Some(s) = source {
         if let Some(refusal) = s.downcast_ref::<TargetError>() {
             return Some(refusal);
@@ -374,6 +374,24 @@ mod tests {
                 prop_assert_eq!(body(&event), expected);
             }
         }
+    }
+
+    #[test]
+    fn the_guards_refusal_is_found_as_the_error_or_inside_it() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("wrapped")]
+        struct Wrapped(#[source] TargetError);
+        let refusal = || TargetError::ForbiddenName("internal.example".into());
+        let alone: Box<dyn std::error::Error + Send + Sync> = Box::new(refusal());
+        let inside: Box<dyn std::error::Error + Send + Sync> = Box::new(Wrapped(refusal()));
+        for e in [alone, inside] {
+            assert!(
+                matches!(guard_refusal(&*e), Some(TargetError::ForbiddenName(n)) if n == "internal.example"),
+                "{e}"
+            );
+        }
+        let other: Box<dyn std::error::Error + Send + Sync> = "connection refused".into();
+        assert!(guard_refusal(&*other).is_none());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 pub mod exec;
 pub mod http;
+pub mod keep_alive;
 pub mod log;
 pub mod outbound;
 pub mod shaped;

@@ -1,7 +1,7 @@
 //! The clients http handlers send through: [`Outbound`].
 //!
-//! A plain `http://` target without credentials goes through hyper's pooled
-//! client directly; every other one (`https://`, a URL with a user or password,
+//! A plain `http://` target without credentials goes through hyper directly, on
+//! connections kept alive by [`KeepAlive`]; every other one (`https://`, a URL with a user or password,
 //! one with a fragment) through reqwest, which brings TLS and turns the URL's
 //! credentials into basic auth. Both refuse redirects (hyper never follows one),
 //! use no proxy, resolve names through the `TargetGuard` (every address DNS
@@ -15,22 +15,16 @@
 //! A local receiver (`http://127.0.0.1:…`) is the common target and the one the
 //! benchmarks measure.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::future::BoxFuture;
 use http::header::{ACCEPT, USER_AGENT};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client as Pool;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::connect::dns::Name;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use http_body_util::Full;
 use reqwest::Url;
 
+use super::keep_alive::{KeepAlive, Leased};
 use crate::ssrf::TargetGuard;
 
 /// How long a connection may take to open.
@@ -58,7 +52,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 #[derive(Clone)]
 pub struct Outbound {
     tls: reqwest::Client,
-    plain: Pool<HttpConnector<Guarded>, Full<Bytes>>,
+    plain: Arc<KeepAlive>,
 }
 
 impl Outbound {
@@ -73,14 +67,7 @@ impl Outbound {
             .user_agent(AGENT)
             .dns_resolver(guard.clone())
             .build()?;
-        let mut connector = HttpConnector::new_with_resolver(Guarded(guard));
-        connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
-        connector.set_nodelay(true); // as reqwest does
-        let plain = Pool::builder(TokioExecutor::new())
-            .pool_idle_timeout(POOL_IDLE)
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            .build(connector);
+        let plain = KeepAlive::new(guard);
         Ok(Self { tls, plain })
     }
 
@@ -126,8 +113,7 @@ impl Outbound {
             .or_insert(HeaderValue::from_static(AGENT));
         sent.entry(ACCEPT)
             .or_insert(HeaderValue::from_static("*/*"));
-        let res = self.plain.request(req).await.map_err(Box::new)?;
-        Ok(Answer::Plain(res))
+        Ok(Answer::Plain(self.plain.send(req).await?))
     }
 }
 
@@ -135,8 +121,8 @@ impl Outbound {
 pub enum Answer {
     /// From reqwest.
     Tls(reqwest::Response),
-    /// From hyper.
-    Plain(http::Response<hyper::body::Incoming>),
+    /// From hyper, on a kept-alive connection.
+    Plain(Leased),
 }
 
 impl Answer {
@@ -144,7 +130,7 @@ impl Answer {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::Tls(r) => r.status(),
-            Self::Plain(r) => r.status(),
+            Self::Plain(r) => r.response().status(),
         }
     }
 
@@ -152,7 +138,7 @@ impl Answer {
     pub fn headers(&self) -> &HeaderMap {
         match self {
             Self::Tls(r) => r.headers(),
-            Self::Plain(r) => r.headers(),
+            Self::Plain(r) => r.response().headers(),
         }
     }
 
@@ -160,37 +146,15 @@ impl Answer {
     pub async fn chunk(&mut self) -> Option<Bytes> {
         match self {
             Self::Tls(r) => r.chunk().await.ok().flatten(),
-            Self::Plain(r) => loop {
-                let frame = r.body_mut().frame().await?.ok()?;
-                if let Ok(data) = frame.into_data() {
-                    break Some(data);
-                } // trailers: read on
-            },
+            Self::Plain(r) => r.chunk().await,
         }
-    }
-}
-
-/// The guard as hyper's resolver.
-#[derive(Clone)]
-struct Guarded(Arc<TargetGuard>);
-
-impl tower::Service<Name> for Guarded {
-    type Response = std::vec::IntoIter<SocketAddr>;
-    type Error = BoxError;
-    type Future = BoxFuture<'static, Result<Self::Response, BoxError>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, name: Name) -> Self::Future {
-        let guard = self.0.clone();
-        Box::pin(async move { Ok(guard.allowed_addrs(name.as_str()).await?.into_iter()) })
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::net::SocketAddr;
+
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
