@@ -36,7 +36,13 @@ use tokio::net::TcpStream;
 
 use crate::ssrf::TargetGuard;
 
-use super::outbound::{BoxError, CONNECT_TIMEOUT, POOL_IDLE};
+/// How long a connection may take to open (both delivery clients').
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an idle connection is kept (both delivery clients').
+pub const POOL_IDLE: Duration = Duration::from_secs(90);
+
+/// A boxed error, as both delivery clients' sources are.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// One connection's sending half.
 type Sender = SendRequest<Full<Bytes>>;

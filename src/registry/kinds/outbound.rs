@@ -16,7 +16,6 @@
 //! benchmarks measure.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{ACCEPT, USER_AGENT};
@@ -24,19 +23,12 @@ use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use http_body_util::Full;
 use reqwest::Url;
 
+pub use super::keep_alive::{BoxError, CONNECT_TIMEOUT, POOL_IDLE};
 use super::keep_alive::{KeepAlive, Leased};
 use crate::ssrf::TargetGuard;
 
-/// How long a connection may take to open.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long an idle pooled connection is kept.
-pub const POOL_IDLE: Duration = Duration::from_secs(90);
-
 /// The `user-agent` of every delivery.
 const AGENT: &str = concat!("hookbox/", env!("CARGO_PKG_VERSION"));
-
-/// A boxed error, as both clients' sources are.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The two clients every http handler shares (cheap to clone).
 ///
