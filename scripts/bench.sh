@@ -512,7 +512,8 @@ if [[ -n "$pending" ]]; then
 fi
 
 # `deliver` also runs the bare reqwest reference on the same receiver (issue 28,
-# item 2), unless REFERENCE=0.
+# item 2), unless REFERENCE=0: three runs (`--reference-runs`), the ratio over
+# their median.
 if [[ "$1" == deliver && "${REFERENCE:-1}" != 0 ]]; then
     set -- "$@" --reference
 fi

@@ -239,6 +239,10 @@ pub(crate) struct DeliverArgs {
     /// (`--connections` at once) to the same receiver, and report the ratio.
     #[arg(long)]
     pub(crate) reference: bool,
+    /// How many reference runs, one after another; the ratio is over the
+    /// median of their rates.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub(crate) reference_runs: u32,
 }
 
 /// Options of `drain`.
@@ -256,6 +260,10 @@ pub(crate) struct DrainArgs {
     /// Approximate size in bytes of the reference requests' `payload`.
     #[arg(long, default_value_t = 1024)]
     pub(crate) payload_bytes: usize,
+    /// How many reference runs, one after another; the ratio is over the
+    /// median of their rates.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub(crate) reference_runs: u32,
     /// Give up (exit 1) when the deliveries take longer than this to arrive.
     #[arg(long, default_value = "300s", value_parser = humantime::parse_duration)]
     pub(crate) timeout: Duration,

@@ -76,28 +76,28 @@ pub(crate) async fn run_deliver(args: DeliverArgs) -> Result<ExitCode, BoxError>
 }
 
 /// `--reference`: as many deliveries from the bare reqwest client of
-/// [`crate::reference`] to the same receiver, and hookbox's end-to-end rate over
-/// the reference's.
+/// [`crate::reference`] to the same receiver, `--reference-runs` times, and
+/// hookbox's end-to-end rate over the median of the reference's.
 async fn compare_with_reference(
     args: &DeliverArgs,
     receiver: std::net::SocketAddr,
     hookbox_rate: f64,
 ) -> Result<(), BoxError> {
     let total = expected_deliveries(args.events);
-    let run = crate::reference::run_reference(
+    let runs = crate::reference::run_references(
         receiver,
         total,
         args.common.connections,
         args.common.payload_bytes,
+        args.reference_runs,
     )
     .await?;
-    let reference_rate = per_second(run.delivered, run.elapsed);
+    let reference_rate = runs.median();
     println!(
-        "reference (bare reqwest, {} in flight, same receiver): {} of {total} deliveries in {:.2}s, \
-         {reference_rate:.1} deliveries/s; hookbox / reference {:.2}x",
+        "reference (bare reqwest, {} in flight, same receiver, {total} deliveries a run): {} \
+         deliveries/s, median {reference_rate:.1} deliveries/s; hookbox / reference {:.2}x",
         args.common.connections,
-        run.delivered,
-        run.elapsed.as_secs_f64(),
+        runs.listed(),
         crate::report::ratio(hookbox_rate, reference_rate),
     );
     Ok(())

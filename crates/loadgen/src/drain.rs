@@ -18,7 +18,7 @@ use crate::BoxError;
 use crate::cli::DrainArgs;
 use crate::deliver::wait_for_deliveries;
 use crate::receiver::{Tally, start_receiver_on};
-use crate::reference::run_reference;
+use crate::reference::run_references;
 use crate::report::{per_second, print_table, ratio};
 
 /// `drain`: see the module docs.
@@ -40,14 +40,15 @@ pub(crate) async fn run_drain(args: DrainArgs) -> Result<ExitCode, BoxError> {
     let requests = tally.requests.load(Ordering::Relaxed);
     let drained = first.zip(last).map(|(f, l)| l.saturating_duration_since(f));
     let hookbox_rate = drained.map_or(0.0, |d| per_second(delivered, d));
-    let reference = run_reference(
+    let references = run_references(
         receiver,
         args.deliveries,
         args.in_flight,
         args.payload_bytes,
+        args.reference_runs,
     )
     .await?;
-    let reference_rate = per_second(reference.delivered, reference.elapsed);
+    let reference_rate = references.median();
     print_table(&[
         ("mode", "drain".to_owned()),
         ("deliveries", format!("{delivered}/{}", args.deliveries)),
@@ -62,13 +63,20 @@ pub(crate) async fn run_drain(args: DrainArgs) -> Result<ExitCode, BoxError> {
             format!("{:.2}x", ratio(hookbox_rate, reference_rate)),
         ),
     ]);
+    let answered: Vec<String> = references
+        .runs
+        .iter()
+        .map(|r| format!("{} in {:.2}s", r.delivered, r.elapsed.as_secs_f64()))
+        .collect();
     println!(
-        "duplicate deliveries: {}; reference: {} of {} answered 2xx in {:.2}s, {} in flight",
+        "duplicate deliveries: {}; reference (the median of {} runs of {} deliveries, \
+         {} in flight): {} answered 2xx, {} deliveries/s",
         requests.saturating_sub(delivered),
-        reference.delivered,
+        references.runs.len(),
         args.deliveries,
-        reference.elapsed.as_secs_f64(),
-        args.in_flight
+        args.in_flight,
+        answered.join(", "),
+        references.listed(),
     );
     if !complete {
         println!(
