@@ -135,7 +135,7 @@ impl KeepAlive {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = idle.by_origin.get_mut(origin)?;
         let found = std::iter::from_fn(|| list.pop())
-            .find(|(sender, since)| !sender.is_closed() && since.elapsed() < POOL_IDLE)
+            .find(usable)
             .map(|(sender, _)| sender);
         if list.is_empty() {
             idle.by_origin.remove(origin);
@@ -158,20 +158,27 @@ impl KeepAlive {
     /// A new connection to `origin`, its addresses checked by the guard, its
     /// driving task spawned (and the sweeper, if none runs).
     async fn connect(self: &Arc<Self>, origin: &Authority) -> Result<Sender, BoxError> {
-        let port = origin.port_u16().unwrap_or(80);
         let host = origin.host();
-        let addrs = match host
+        let ips = match host
             .trim_start_matches('[')
             .trim_end_matches(']')
             .parse::<IpAddr>()
         {
             Ok(ip) => {
                 self.guard.check_ip(ip)?;
-                vec![SocketAddr::new(ip, port)]
+                vec![ip]
             }
-            Err(_) => self.guard.allowed_addrs(host).await?,
+            Err(_) => {
+                let addrs = self.guard.allowed_addrs(host).await?;
+                addrs.iter().map(SocketAddr::ip).collect()
+            }
         };
-        let stream = first_to_answer(addrs, port).await?;
+        let port = origin.port_u16().unwrap_or(80);
+        let addrs = ips
+            .into_iter()
+            .map(|ip| SocketAddr::new(ip, port))
+            .collect();
+        let stream = first_to_answer(addrs).await?;
         stream.set_nodelay(true)?;
         let (sender, conn) = http1::handshake(TokioIo::new(stream)).await?;
         tokio::spawn(async move {
@@ -196,13 +203,19 @@ impl KeepAlive {
     fn sweep_once(&self) -> bool {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         idle.by_origin.retain(|_, list| {
-            list.retain(|(sender, since)| !sender.is_closed() && since.elapsed() < POOL_IDLE);
+            list.retain(usable);
             !list.is_empty()
         });
         let more = !idle.by_origin.is_empty();
         idle.sweeping = more;
         more
     }
+}
+
+/// An idle connection that may serve again: open, and idle less than
+/// [`POOL_IDLE`].
+fn usable((sender, since): &(Sender, Instant)) -> bool {
+    !sender.is_closed() && since.elapsed() < POOL_IDLE
 }
 
 /// Every [`SWEEP_EVERY`], closes what [`KeepAlive::sweep_once`] finds, until the
@@ -217,20 +230,15 @@ async fn sweep(pool: Weak<KeepAlive>) {
     }
 }
 
-/// A connection to the first of `addrs` that accepts one on `port`: those of
+/// A connection to the first of `addrs` that accepts one: those of
 /// the first address's family in turn, and [`HAPPY_EYEBALLS`] later those of
 /// the other family beside them (as hyper's connector raced them); each
 /// family's addresses share [`CONNECT_TIMEOUT`], so that one that never answers
 /// leaves time for the next.
-async fn first_to_answer(addrs: Vec<SocketAddr>, port: u16) -> Result<TcpStream, BoxError> {
+async fn first_to_answer(addrs: Vec<SocketAddr>) -> Result<TcpStream, BoxError> {
     let family = addrs.first().map(SocketAddr::is_ipv6);
-    let (first, other): (Vec<_>, Vec<_>) = addrs
-        .into_iter()
-        .map(|mut a| {
-            a.set_port(port);
-            a
-        })
-        .partition(|a| Some(a.is_ipv6()) == family);
+    let (first, other): (Vec<_>, Vec<_>) =
+        addrs.into_iter().partition(|a| Some(a.is_ipv6()) == family);
     let first = in_turn(first);
     if other.is_empty() {
         return first.await;
@@ -577,7 +585,7 @@ mod tests {
         let port = to.addr.port();
         // Nothing listens on 127.0.0.2 at that port: refused.
         let dead = SocketAddr::from(([127, 0, 0, 2], port));
-        let stream = first_to_answer(vec![dead, to.addr], port)
+        let stream = first_to_answer(vec![dead, to.addr])
             .await
             .expect("connected");
         assert_eq!(stream.peer_addr().expect("peer"), to.addr);

@@ -1,9 +1,9 @@
 //! The clients http handlers send through: [`Outbound`].
 //!
 //! A plain `http://` target without credentials goes through hyper directly, on
-//! connections kept alive by [`KeepAlive`]; every other one (`https://`, a URL with a user or password,
-//! one with a fragment) through reqwest, which brings TLS and turns the URL's
-//! credentials into basic auth. Both refuse redirects (hyper never follows one),
+//! connections kept alive by [`KeepAlive`]; every other one (`https://`, a URL
+//! with a user or password, one with a fragment) through reqwest, which brings
+//! TLS and turns the URL's credentials into basic auth. Both refuse redirects (hyper never follows one),
 //! use no proxy, resolve names through the `TargetGuard` (every address DNS
 //! returns is checked), connect within [`CONNECT_TIMEOUT`], keep idle
 //! connections for [`POOL_IDLE`] and send the same `user-agent` and `accept`.
