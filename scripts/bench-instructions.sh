@@ -22,6 +22,10 @@
 #   deliver    `loadgen deliver`: intake and HTTP delivery at once, fan-out 2.5
 #              through three subscribers to loadgen's receiver (issue 28 item 2's
 #              `scripts/bench.sh deliver`); the row is per delivery (2.5 per event)
+#   floor      not hookbox: BIN_DIR/intake-floor (crates/intake-floor, issue 28
+#              item 1's group-commit prototype) under `intake`'s load, per request;
+#              with `intake` in MODES too, a line after the table gives hookbox's
+#              instructions per request over the floor's, with and without SHA-256
 # How far to trust a row: `intake` and `e2e+http` repeat within about 3-7 % for
 # one binary; `e2e`, `drain` and `deliver` move by 10-15 % between runs, since how
 # the writer's batches fall under valgrind follows timing (and with it the padding
@@ -45,15 +49,15 @@ command -v valgrind >/dev/null || { echo "bench-instructions.sh: valgrind is req
 
 for mode in ${MODES:-intake e2e e2e+otlp}; do
     case "$mode" in
-        intake | e2e | e2e+otlp | e2e+http | drain | deliver) ;;
-        *) echo "bench-instructions.sh: MODES: unknown mode '$mode' (intake, e2e, e2e+otlp, e2e+http, drain, deliver)" >&2; exit 2 ;;
+        intake | e2e | e2e+otlp | e2e+http | drain | deliver | floor) ;;
+        *) echo "bench-instructions.sh: MODES: unknown mode '$mode' (intake, e2e, e2e+otlp, e2e+http, drain, deliver, floor)" >&2; exit 2 ;;
     esac
 done
 SMALL="${SMALL:-1000}"
 LARGE="${LARGE:-4000}"
 CONNECTIONS="${CONNECTIONS:-8}"
 if [ "$#" -eq 0 ]; then
-    cargo build --release -p hookbox -p loadgen --bin hookbox --bin loadgen
+    cargo build --release -p hookbox -p loadgen -p intake-floor --bin hookbox --bin loadgen --bin intake-floor
     set -- target/release
 fi
 loadgen="$1/loadgen"
@@ -95,13 +99,16 @@ wait_ready() {
     done
 }
 
-# start_counted BIN WORK ENV...: hookbox with ENV under callgrind, its counts in
+# start_counted BIN WORK ENV...: hookbox (or, when `counted_program` is
+# intake-floor, the floor) with ENV under callgrind, its counts in
 # WORK/callgrind.out; its pid in `counted`.
+counted_program=hookbox
 start_counted() {
-    local bin="$1" work="$2"
+    local bin="$1" work="$2" program=(serve)
     shift 2
+    [ "$counted_program" = hookbox ] || program=()
     env -i PATH="$PATH" "$@" valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out" ${CALLGRIND_ARGS:-} \
-        "$bin/hookbox" serve >"$work/log" 2>&1 &
+        "$bin/$counted_program" "${program[@]}" >"$work/log" 2>&1 &
     counted=$!
 }
 
@@ -183,14 +190,16 @@ total_instructions() {
     fi
     local env=(BIND_ADDR="127.0.0.1:$port" DB_PATH="$work/events.db" HANDLERS_DIR="$work/handlers"
         SOURCES_DIR="$work/none" LOG_LEVEL=warn)
+    counted_program=hookbox
     case "$mode" in
         intake) env+=(WORKER_COUNT=0) ;;
+        floor) counted_program=intake-floor ;;
         e2e+otlp) env+=(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$sink_port") ;;
         e2e+http | deliver) env+=(ALLOWED_TARGETS=127.0.0.0/8) ;;
     esac
     start_counted "$bin" "$work" "${env[@]}"
     wait_ready "$port"
-    if [ "$mode" = intake ]; then
+    if [ "$mode" = intake ] || [ "$mode" = floor ]; then
         "$loadgen" fill --url "http://127.0.0.1:$port" --events "$events" \
             --connections "$CONNECTIONS" --event-type bench.intake >/dev/null
     elif [ "$mode" = deliver ]; then
@@ -204,6 +213,7 @@ total_instructions() {
 }
 
 printf '| binary | mode | instructions per event (drain, deliver: per delivery) | of which SHA-256 |\n|---|---|---|---|\n'
+declare -A intake_per intake_sha floor_per
 for bin in "$@"; do
     for mode in ${MODES:-intake e2e e2e+otlp}; do
         read -r small small_sha <<<"$(total_instructions "$bin" "$mode" "$SMALL")"
@@ -218,5 +228,18 @@ for bin in "$@"; do
             sha=$(( sha * 2 / 5 ))
         fi
         printf '| %s | %s | %s | %s |\n' "$bin" "$mode" "$per" "$sha"
+        case "$mode" in
+            intake) intake_per[$bin]=$per intake_sha[$bin]=$sha ;;
+            floor) floor_per[$bin]=$per ;;
+        esac
     done
+done
+# hookbox's intake over the floor's, per request: as counted, and without SHA-256
+# (valgrind runs sha2's portable code; natively the CPU's SHA extensions make it
+# a few hundred instructions).
+for bin in "$@"; do
+    if [ -n "${intake_per[$bin]:-}" ] && [ "${floor_per[$bin]:-0}" -gt 0 ]; then
+        awk -v b="$bin" -v i="${intake_per[$bin]}" -v s="${intake_sha[$bin]}" -v f="${floor_per[$bin]}" \
+            'BEGIN { printf "%s: intake / floor, instructions per request: %.2fx (%.2fx without SHA-256)\n", b, i / f, (i - s) / f }'
+    fi
 done
