@@ -174,6 +174,8 @@ drain_instructions() {
 
 # total_instructions BIN MODE EVENTS
 total_instructions() {
+    counted_program=hookbox
+    if [ "$2" = floor ]; then counted_program=intake-floor; fi
     if [ "$2" = drain ]; then
         drain_instructions "$1" "$3"
         return
@@ -190,10 +192,8 @@ total_instructions() {
     fi
     local env=(BIND_ADDR="127.0.0.1:$port" DB_PATH="$work/events.db" HANDLERS_DIR="$work/handlers"
         SOURCES_DIR="$work/none" LOG_LEVEL=warn)
-    counted_program=hookbox
     case "$mode" in
         intake) env+=(WORKER_COUNT=0) ;;
-        floor) counted_program=intake-floor ;;
         e2e+otlp) env+=(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$sink_port") ;;
         e2e+http | deliver) env+=(ALLOWED_TARGETS=127.0.0.0/8) ;;
     esac
