@@ -61,6 +61,11 @@ if [ "$#" -eq 0 ]; then
     set -- target/release
 fi
 loadgen="$1/loadgen"
+if [[ " ${MODES:-} " == *" floor "* ]]; then
+    for bin in "$@"; do
+        [ -x "$bin/intake-floor" ] || { echo "bench-instructions.sh: MODES has floor, but $bin/intake-floor is missing (cargo build --release -p intake-floor)" >&2; exit 2; }
+    done
+fi
 
 pick_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
