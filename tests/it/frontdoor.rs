@@ -331,9 +331,15 @@ fn stalled_uploads_hold_no_more_than_the_body_budget() {
         "RSS grew from {before} to {} MiB for {CONNECTIONS} stalled 1 MB uploads",
         peaks[0]
     );
+    // Reuse, not a second helping: memory the first wave freed may sit in another
+    // of jemalloc's arenas than the one a second wave's thread allocates from, so
+    // the second adds up to about a third of the first's growth (+33 and +39 MiB
+    // seen against +99, debug build, 2 cores); one that kept nothing of the first
+    // would add about as much again.
+    let first = peaks[0].saturating_sub(before);
     assert!(
-        peaks[1] < peaks[0] + 32,
-        "a second wave raised the high-water mark again: {peaks:?} MiB"
+        peaks[1] < peaks[0] + first / 2,
+        "a second wave raised the high-water mark again: {peaks:?} MiB (from {before})"
     );
     // jemalloc's background thread purges freed pages after its 10 s decay.
     let back = before + (peaks[1].saturating_sub(before)) / 4 + 8;
