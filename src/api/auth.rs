@@ -42,12 +42,46 @@ pub(crate) async fn admin_only(
     req: Request,
     next: Next,
 ) -> Result<Response, Problem> {
-    let client = client_of(&req);
-    app.guard
-        .check(req.headers(), app.admin_token.secret().is_some())?;
-    crate::guard::json_only(req.headers())?;
-    checked(&app, client, req.headers())?;
+    admitted(&app, client_of(&req), req.headers())?;
     Ok(next.run(req).await)
+}
+
+/// Every check of an admin route ([`admin_only`]'s): the guard's origin and host,
+/// a JSON body, then the token with its throttle. For a handler whose route is
+/// open for some requests and admin for others (`GET /webhooks`: a key's lookup
+/// is open, the listing is admin).
+pub(crate) fn admitted(
+    app: &AppState,
+    client: Option<std::net::IpAddr>,
+    headers: &HeaderMap,
+) -> Result<(), Problem> {
+    app.guard
+        .check(headers, app.admin_token.secret().is_some())?;
+    crate::guard::json_only(headers)?;
+    checked(app, client, headers)
+}
+
+/// Whether an open read may show content (SPEC §2): yes without `ADMIN_TOKEN`, or
+/// with the token; no without one. A wrong token counts against the client's
+/// address as on an admin route — else an open read would answer guesses
+/// unthrottled, its full view telling the right token from a wrong one — and an
+/// address past its failures gets 429.
+pub(crate) fn sees_content(
+    app: &AppState,
+    client: Option<std::net::IpAddr>,
+    headers: &HeaderMap,
+) -> Result<bool, Problem> {
+    if app.admin_token.secret().is_none() {
+        return Ok(true);
+    }
+    if !headers.contains_key(header::AUTHORIZATION) {
+        return Ok(false);
+    }
+    match checked(app, client, headers) {
+        Ok(()) => Ok(true),
+        Err(p) if p.status == StatusCode::TOO_MANY_REQUESTS.as_u16() => Err(p),
+        Err(_) => Ok(false),
+    }
 }
 
 /// [`require_admin`] with the throttle of wrong tokens: 429 while `client` is over

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
@@ -13,8 +14,9 @@ use uuid::Uuid;
 
 use crate::api::auth;
 use crate::api::problem::Problem;
+use crate::guard::ClientAddr;
 use crate::model::{Attempt, EventView, Status};
-use crate::state::AdminToken;
+use crate::state::AppState;
 use crate::store::{ListQuery, Page, Store};
 
 /// Largest `limit` of a listing.
@@ -47,13 +49,15 @@ pub(crate) fn parse_id(text: &str) -> Result<Uuid, Problem> {
 )]
 pub(crate) async fn by_id(
     State(store): State<Arc<dyn Store>>,
-    State(admin): State<AdminToken>,
+    State(app): State<AppState>,
+    client: Option<Extension<ClientAddr>>,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, Problem> {
     let id = parse_id(&id)?;
+    let content = auth::sees_content(&app, client.map(|c| c.0.0), &headers)?;
     match store.event(id).await {
-        Ok(Some(event)) => Ok(Json(shown(event, &admin, &headers)).into_response()),
+        Ok(Some(event)) => Ok(Json(shown(event, content)).into_response()),
         Ok(None) => Err(Problem::not_found("event")),
         Err(e) => Err(e.into()),
     }
@@ -83,12 +87,14 @@ pub(crate) struct Attempts {
 )]
 pub(crate) async fn attempts(
     State(store): State<Arc<dyn Store>>,
-    State(admin): State<AdminToken>,
+    State(app): State<AppState>,
+    client: Option<Extension<ClientAddr>>,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, Problem> {
-    // The attempts hold receivers' answers: content, not status.
-    auth::require_admin(&admin, &headers)?;
+    // The attempts hold receivers' answers: content, not status. A wrong token
+    // counts against the client's address, as on an admin route.
+    auth::checked(&app, client.map(|c| c.0.0), &headers)?;
     let id = parse_id(&id)?;
     let items = store.list_attempts(id).await?;
     // No attempts: an event not tried yet, or no event at all.
@@ -133,45 +139,44 @@ pub(crate) enum Lookup {
 )]
 pub(crate) async fn lookup_or_list(
     State(store): State<Arc<dyn Store>>,
-    State(admin): State<AdminToken>,
+    State(app): State<AppState>,
     State(sources): State<Arc<crate::sources::live::Sources>>,
+    client: Option<Extension<ClientAddr>>,
     headers: HeaderMap,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Response, Problem> {
+    let client = client.map(|c| c.0.0);
     if let Some(key) = params.get("idempotency_key") {
+        let content = auth::sees_content(&app, client, &headers)?;
         // A source's keys (`{name}:{delivery id}`) are guessable (`ledger:1`,
         // `ledger:2`, …): without the token they are not looked up.
         let in_source = key
             .split_once(':')
             .is_some_and(|(name, _)| sources.get(name).is_some());
-        if in_source && !privileged(&admin, &headers) {
+        if in_source && !content {
             return Err(Problem::not_found("event"));
         }
         return match store.event_by_key(key).await {
             Ok(Some(event)) => {
-                let event = shown(event, &admin, &headers);
+                let event = shown(event, content);
                 Ok(Json(Lookup::Event(Box::new(event))).into_response())
             }
             Ok(None) => Err(Problem::not_found("event")),
             Err(e) => Err(e.into()),
         };
     }
-    auth::require_admin(&admin, &headers)?;
+    // The listing is an admin route: the guard's host and origin checks too.
+    auth::admitted(&app, client, &headers)?;
     let query = list_query(&params)?;
     let page = store.list_events(&query).await?;
     Ok(Json(Lookup::Page(page)).into_response())
 }
 
-/// True when the request may see content: no token is set, or it carries it.
-fn privileged(admin: &AdminToken, headers: &HeaderMap) -> bool {
-    auth::require_admin(admin, headers).is_ok()
-}
-
-/// An event as an open read shows it: with the token (or without one set) all of
-/// it; else its status, not its content — no `last_error`, its own or its
-/// deliveries' (receivers' answers, a program's stderr).
-fn shown(mut event: EventView, admin: &AdminToken, headers: &HeaderMap) -> EventView {
-    if !privileged(admin, headers) {
+/// An event as an open read shows it: all of it when the request may see content
+/// ([`auth::sees_content`]); else its status, not its content — no `last_error`,
+/// its own or its deliveries' (receivers' answers, a program's stderr).
+fn shown(mut event: EventView, content: bool) -> EventView {
+    if !content {
         event.last_error = None;
         for d in &mut event.deliveries {
             d.last_error = None;

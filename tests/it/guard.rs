@@ -68,6 +68,19 @@ fn other_pages_cannot_drive_the_admin_api_without_a_token() {
     assert_eq!(raw(&hb, &head, ""), 200);
     let head = format!("GET /dead-letters HTTP/1.1\r\nHost: localhost:{port}");
     assert_eq!(raw(&hb, &head, ""), 200);
+    // The listing is an admin route on an open path: the same checks. A key's
+    // lookup stays open (a sender checks on its event from anywhere).
+    let head =
+        format!("GET /webhooks?status=completed HTTP/1.1\r\nHost: rebound.evil.example:{port}");
+    assert_eq!(raw(&hb, &head, ""), 421);
+    let head =
+        format!("GET /webhooks?limit=1 HTTP/1.1\r\nHost: {addr}\r\nOrigin: https://evil.example");
+    assert_eq!(raw(&hb, &head, ""), 403);
+    let head = format!("GET /webhooks?limit=1 HTTP/1.1\r\nHost: localhost:{port}");
+    assert_eq!(raw(&hb, &head, ""), 200);
+    let head =
+        format!("GET /webhooks?idempotency_key=k HTTP/1.1\r\nHost: rebound.evil.example:{port}");
+    assert_eq!(raw(&hb, &head, ""), 404);
     // Its own origin, JSON: works.
     let head = format!(
         "POST /subscribers HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nOrigin: http://{addr}"
@@ -128,6 +141,41 @@ fn wrong_tokens_and_logins_are_throttled_per_address() {
         429,
         "failed logins count in the same window"
     );
+}
+
+/// Wrong tokens count wherever a token is read: on the listing and the attempts
+/// (open paths with admin reads), and on the open reads, whose full view would
+/// otherwise tell the right token from a wrong one, unthrottled.
+#[test]
+fn wrong_tokens_on_open_paths_are_throttled_too() {
+    let token = "the-right-admin-token-0123";
+    let hb = Hookbox::start(&[("ADMIN_TOKEN", token)]);
+    let r = hb.post(&json!({"event_type": "a.b", "payload": {}}), &[]);
+    assert_eq!(r.status, 202, "{}", r.text);
+    let id = r.json()["id"].as_str().expect("id").to_owned();
+    let paths = [
+        "/webhooks?limit=1".to_owned(),
+        format!("/webhooks/{id}/attempts"),
+        format!("/webhooks/{id}"),
+        "/webhooks?idempotency_key=k".to_owned(),
+    ];
+    let wrong = [("authorization", "Bearer wrong-token-guess-000000")];
+    for n in 0..20 {
+        let r = hb.call("GET", &paths[n % paths.len()], None, &wrong);
+        assert!(
+            matches!(r.status, 200 | 403 | 404),
+            "{}: {}",
+            r.status,
+            r.text
+        );
+    }
+    for path in &paths {
+        let r = hb.call("GET", path, None, &wrong);
+        assert_eq!(r.status, 429, "{path}: {}", r.text);
+    }
+    // No token at all is not a guess: the open read still answers.
+    let open = hb.get(&format!("/webhooks/{id}")).unwrap();
+    assert_eq!(open.status, 200, "{}", open.text);
 }
 
 /// With `ADMIN_TOKEN` set, open reads show status, not content: before, looking
