@@ -447,12 +447,15 @@ impl<J> Lane<J> {
         }
     }
 
-    /// `disable_after` elapsed while failing: disabled.
+    /// `disable_after` elapsed while failing: disabled. Counted from the last
+    /// success, or from the first failure if there was none (SPEC §10): a
+    /// destination that last succeeded long ago is disabled as soon as its
+    /// circuit opens.
     fn disable_if_overdue(&mut self, at: Timestamp) {
         let (Some(limit), Circuit::Open { .. }) = (self.flow.disable_after, self.circuit) else {
             return;
         };
-        let since = self.last_success.max(self.failing_since);
+        let since = self.last_success.or(self.failing_since);
         if since.is_some_and(|s| {
             at.0 - s.0 >= chrono::Duration::from_std(limit).unwrap_or(chrono::Duration::MAX)
         }) {
@@ -756,6 +759,25 @@ mod tests {
         );
         let t = l.finish(fail(), now);
         assert_eq!(t.map(|t| t.state), Some(State::Disabled));
+    }
+
+    #[test]
+    fn disable_after_counts_from_the_last_success() {
+        let mut l: Lane<u32> = Lane::new(FlowControl {
+            disable_after: Some(Duration::from_millis(20)),
+            ..FlowControl::default()
+        });
+        let now = Instant::now();
+        l.enter(Uuid::now_v7(), 0, now, false);
+        l.finish(Verdict::Success, now);
+        // Idle past `disable_after`, then failing: no success for that long.
+        std::thread::sleep(Duration::from_millis(30));
+        let mut last = None;
+        for _ in 0..OPEN_AFTER {
+            l.enter(Uuid::now_v7(), 0, now, false);
+            last = l.finish(fail(), now);
+        }
+        assert_eq!(last.map(|t| t.state), Some(State::Disabled));
     }
 
     #[test]
