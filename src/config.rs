@@ -670,6 +670,10 @@ impl Settings {
     /// The OTLP exporter's settings: `None` unless `OTEL_EXPORTER_OTLP_ENDPOINT`
     /// is set. Only `http/protobuf` is spoken.
     fn otlp(&self) -> Result<Option<Otlp>, ConfigError> {
+        // Checked with or without an endpoint: a bad value is a mistake either way.
+        self.choice("OTEL_EXPORTER_OTLP_PROTOCOL", &[("http/protobuf", ())])?;
+        let millis: u64 = self.positive("OTEL_EXPORTER_OTLP_TIMEOUT")?;
+        let headers = self.otlp_headers()?;
         let Some(endpoint) = self.optional("OTEL_EXPORTER_OTLP_ENDPOINT") else {
             return Ok(None);
         };
@@ -682,12 +686,10 @@ impl Settings {
                     "expected an http:// or https:// URL like http://127.0.0.1:4318",
                 )
             })?;
-        self.choice("OTEL_EXPORTER_OTLP_PROTOCOL", &[("http/protobuf", ())])?;
-        let millis: u64 = self.positive("OTEL_EXPORTER_OTLP_TIMEOUT")?;
         let service_name = self.text("OTEL_SERVICE_NAME");
         Ok(Some(Otlp {
             endpoint: url.to_string(),
-            headers: self.otlp_headers()?,
+            headers,
             timeout: Duration::from_millis(millis).min(MAX_DURATION),
             service_name,
         }))

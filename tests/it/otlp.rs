@@ -224,6 +224,11 @@ fn unset_there_is_no_exporter_and_bad_settings_exit_2() {
             ],
             "OTEL_EXPORTER_OTLP_PROTOCOL",
         ),
+        // Without an endpoint too: the mistake shows before the export is wanted.
+        (
+            vec![("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")],
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+        ),
         (
             vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "127.0.0.1:4318")],
             "OTEL_EXPORTER_OTLP_ENDPOINT",
