@@ -24,6 +24,7 @@ use crate::registry::kinds::http::{self, display_url};
 use crate::registry::kinds::shaped::{self, Shaped};
 use crate::registry::live::LiveRegistry;
 use crate::registry::{Event, Route, filter};
+use crate::ssrf::TargetGuard;
 use crate::store::Store;
 
 /// The body: a stored event, or one given here.
@@ -91,7 +92,7 @@ pub(crate) async fn test(
         ))
     })?;
     let sample = sample(&*store, tried).await?;
-    Ok(Json(preview(route, &sample).await))
+    Ok(Json(preview(route, registry.guard(), &sample).await))
 }
 
 async fn sample(store: &dyn Store, tried: Try) -> Result<Sample, Problem> {
@@ -120,15 +121,17 @@ async fn sample(store: &dyn Store, tried: Try) -> Result<Sample, Problem> {
     })
 }
 
-/// What `route` would be sent for `sample`.
-async fn preview(route: &Route, sample: &Sample) -> Preview {
+/// What `route` would be sent for `sample`; a transform's URL passes `guard` as a
+/// delivery's would.
+async fn preview(route: &Route, guard: &TargetGuard, sample: &Sample) -> Preview {
     let mut answer = Preview {
         matched: false,
         request: None,
         cancelled: false,
         error: None,
     };
-    answer.matched = route.patterns.iter().any(|p| p.matches(&sample.event_type))
+    // Routed: an inactive subscriber gets no new deliveries (SPEC §4).
+    answer.matched = route.matches(&sample.event_type)
         && route.filter.as_ref().is_none_or(|f| {
             f.matches(&filter::document(
                 &sample.event_type,
@@ -162,16 +165,14 @@ async fn preview(route: &Route, sample: &Sample) -> Preview {
             headers: Vec::new(),
             body,
         })),
-        Some(transform) => {
-            let input = shaped::input(&sample.event_type, &body, &target.url);
-            match shaped::run(transform.clone(), input).await {
-                Ok(out) => shaped::shape(&out, &body, &target.url),
-                Err(e) => Err(e.to_string()),
-            }
-        }
+        // As a delivery runs it: a throw, a limit, a malformed answer or a URL
+        // the guard refuses is the error the attempt would fail with.
+        Some(transform) => http::transformed(transform, guard, target, &event, body)
+            .await
+            .map_err(|e| e.to_string()),
     };
     match shaped {
-        Err(e) => answer.error = Some(format!("transform failed: {e}")),
+        Err(e) => answer.error = Some(e),
         Ok(Shaped::Cancelled) => answer.cancelled = true,
         Ok(Shaped::Send(r)) => {
             let mut headers = serde_json::Map::new();

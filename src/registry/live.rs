@@ -69,6 +69,11 @@ impl LiveRegistry {
         }
     }
 
+    /// The guard every delivery's target passes (`ALLOWED_TARGETS`).
+    pub fn guard(&self) -> &TargetGuard {
+        &self.guard
+    }
+
     /// The routing table now.
     pub fn current(&self) -> Arc<Registry> {
         self.versioned().0
@@ -290,7 +295,9 @@ impl LiveRegistry {
             ordering_key: s.ordering_key.clone().filter(|k| !k.is_empty()),
             policy,
             handler: http::handler(self.client.clone(), self.guard.clone(), (*target).clone()),
-            kind: "subscriber".to_owned(),
+            // A subscriber is an `http` destination (SPEC §4: it behaves exactly as
+            // a `kind = "http"` manifest), and `GET /destinations` says so.
+            kind: "http".to_owned(),
             target: http::display_url(&url),
             active: s.active,
             flow,

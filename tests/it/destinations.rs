@@ -250,6 +250,10 @@ fn flow_settings_are_checked() {
     let d = hb.call("GET", "/destinations/s", None, &[]).json();
     assert_eq!(d["max_in_flight"], 3, "{d}");
     assert_eq!(d["rate_limit"], "600/m", "{d}");
+    assert_eq!(
+        d["kind"], "http",
+        "a subscriber is an http destination: {d}"
+    );
 }
 
 on_both_backends! {

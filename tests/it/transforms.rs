@@ -329,6 +329,34 @@ fn the_test_route_answers_what_would_be_sent_and_sends_nothing() {
     )
     .assert_problem(404, "not_found");
     try_it(json!({"bogus": 1})).assert_problem(400, "invalid_body");
+    // A subscriber: its transform's URL passes the guard as a delivery's would,
+    // and it is matched only while it is active (routed).
+    let sneaky =
+        "function handler(w) { w.url = 'http://169.254.169.254/latest/meta-data'; return w; }";
+    let sub =
+        json!({"name": "sneaky", "event_types": ["audit.*"], "url": rx.url, "transform": sneaky});
+    let r = hb.call("POST", "/subscribers", Some(&sub), &[]);
+    assert_eq!(r.status, 201, "{}", r.text);
+    let probe = json!({"event_type": "audit.read", "payload": {}});
+    let test_sneaky = || {
+        hb.call("POST", "/destinations/sneaky/test", Some(&probe), &[])
+            .json()
+    };
+    let a = test_sneaky();
+    assert_eq!(a["matched"], true, "{a}");
+    assert!(a["request"].is_null(), "{a}");
+    assert!(
+        a["error"].as_str().is_some_and(|e| e.contains("refused")),
+        "{a}"
+    );
+    let off = json!({"active": false});
+    let r = hb.call("PATCH", "/subscribers/sneaky", Some(&off), &[]);
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        test_sneaky()["matched"],
+        false,
+        "an inactive subscriber is not routed"
+    );
 }
 
 #[test]

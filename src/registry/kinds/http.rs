@@ -233,7 +233,7 @@ fn headers(
 
 /// The request `target`'s transform makes of this attempt: a throw, a limit, a
 /// malformed answer or a URL the guard refuses fails the delivery for good.
-async fn transformed(
+pub(crate) async fn transformed(
     transform: &Arc<crate::transform::Transform>,
     guard: &TargetGuard,
     target: &HttpTarget,
