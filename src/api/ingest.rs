@@ -205,7 +205,27 @@ pub(crate) async fn receive(
             .detail(rejection.to_string());
         return Err(Refused::unverified(Reason::of(&rejection), problem));
     }
-    match identify_event(source, headers, body).map_err(|p| Refused::verified(p, true))? {
+    let verified_by = verifying_secret(source, &incoming);
+    let answer = accept_verified(app, source, headers, body, verified_by).await;
+    if answer.is_err() {
+        // Not accepted: what verifying remembered (a Mailgun token) is let go,
+        // or the sender's retry would be refused as a replay.
+        source.source.verifier.forget(&incoming);
+    }
+    answer
+}
+
+/// Identifies a verified request's events, reshapes and accepts them.
+async fn accept_verified(
+    app: &Intake,
+    source: &LiveSource,
+    headers: &HeaderMap,
+    body: &[u8],
+    verified_by: Option<&crate::config::Secret>,
+) -> Result<Passed, Refused> {
+    match identify_event(source, headers, body, verified_by)
+        .map_err(|p| Refused::verified(p, true))?
+    {
         Identified::Handshake(answer) => Ok(Passed {
             accepted: 0,
             duplicates: 0,
@@ -359,19 +379,20 @@ pub(crate) async fn subscription_check(
     Path(name): Path<String>,
     axum::extract::Query(query): axum::extract::Query<std::collections::HashMap<String, String>>,
 ) -> Response {
-    let Some(token) = app
-        .sources
-        .get(&name)
-        .and_then(|s| s.source.verify_token.clone())
-    else {
+    let Some(source) = app.sources.get(&name).filter(|s| s.source.kind == "meta") else {
         return Problem::not_found("source").into_response();
     };
+    // A meta source without `[meta] verify_token_env` confirms no subscription.
+    let token = source.source.verify_token.clone();
     let given = query
         .get("hub.verify_token")
         .map(String::as_str)
         .unwrap_or_default();
     let subscribe = query.get("hub.mode").is_some_and(|m| m == "subscribe");
-    if !subscribe || !crate::sources::verify::same(given.as_bytes(), token.expose().as_bytes()) {
+    let matches = token
+        .as_ref()
+        .is_some_and(|t| crate::sources::verify::same(given.as_bytes(), t.expose().as_bytes()));
+    if !subscribe || !matches {
         return Problem::new(StatusCode::FORBIDDEN, "forbidden")
             .detail("hub.mode is not subscribe, or hub.verify_token is not this source's")
             .into_response();
@@ -431,6 +452,7 @@ fn identify_event(
     source: &LiveSource,
     headers: &HeaderMap,
     body: &[u8],
+    verified_by: Option<&crate::config::Secret>,
 ) -> Result<Identified, Problem> {
     let s = &source.source;
     let invalid = |e: identify::BodyError| Problem::invalid_body(e.to_string());
@@ -438,7 +460,7 @@ fn identify_event(
     if s.kind == "slack" && identify::is_form(headers) {
         payload = identify::slack_interaction(payload).map_err(invalid)?;
     }
-    if let Some(answer) = handshake(source, &payload) {
+    if let Some(answer) = handshake(source, &payload, verified_by) {
         return Ok(Identified::Handshake(answer));
     }
     if let Some(items) = s.split.as_ref().and_then(|split| batch(&payload, split)) {
@@ -467,8 +489,32 @@ fn identify_event(
         .map(|s| Identified::Event(Box::new(s)))
 }
 
-/// The answer to a verified handshake, if `payload` is one (docs/sources.md).
-fn handshake(source: &LiveSource, payload: &str) -> Option<Value> {
+/// The secret of the source's list that verified `incoming`, where a handshake's
+/// answer is made with it (`zoom`): during a rotation the sender signs with the
+/// new secret, and an answer made with another fails its validation. `None` for
+/// other kinds (nothing to look for).
+fn verifying_secret<'s>(
+    source: &'s LiveSource,
+    incoming: &Incoming<'_>,
+) -> Option<&'s crate::config::Secret> {
+    let s = &source.source;
+    if s.kind != "zoom" {
+        return None;
+    }
+    s.secrets.iter().find(|secret| {
+        s.verifier
+            .verify(incoming, std::slice::from_ref(secret))
+            .is_ok()
+    })
+}
+
+/// The answer to a verified handshake, if `payload` is one (docs/sources.md);
+/// `verified_by` is the secret that verified it ([`verifying_secret`]).
+fn handshake(
+    source: &LiveSource,
+    payload: &str,
+    verified_by: Option<&crate::config::Secret>,
+) -> Option<Value> {
     let s = &source.source;
     let at = |pointer: &str| json::pointer(payload, pointer);
     match &s.verifier {
@@ -483,7 +529,7 @@ fn handshake(source: &LiveSource, payload: &str) -> Option<Value> {
             if s.kind == "zoom" && at("/event") == Some("\"endpoint.url_validation\"") =>
         {
             let plain = at("/payload/plainToken").and_then(json::string_value)?;
-            let secret = s.secrets.first()?;
+            let secret = verified_by.or(s.secrets.first())?;
             let mac = crate::sources::verify::mac(
                 crate::sources::verify::Algorithm::Sha256,
                 secret.expose().as_bytes(),

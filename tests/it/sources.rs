@@ -829,6 +829,84 @@ fn a_built_in_kind_verifies_through_the_binary_and_url_kinds_need_public_url() {
     assert!(err.contains("hs.toml: public_url:"), "{err}");
 }
 
+/// Mailgun refuses a token seen before (a replay), but a request that verified
+/// and was then refused (here: no event type) does not spend its token, so the
+/// sender's corrected retry is accepted. Signed here with the hmac crate.
+#[test]
+fn a_mailgun_token_is_spent_only_by_an_accepted_request() {
+    let dir = new_dir();
+    write(
+        dir.path(),
+        "sources/mg.toml",
+        "kind = \"mailgun\"\nsecret_env = \"MG\"",
+    );
+    let sources = dir.path().join("sources").display().to_string();
+    let hb = Hookbox::restart(dir, &[("SOURCES_DIR", &sources), ("MG", "mg-signing-key")]);
+    let ts = now().to_string();
+    let sig = hex(&hmac256(
+        b"mg-signing-key",
+        &[format!("{ts}tok-77").as_bytes()],
+    ));
+    let signature = json!({"timestamp": ts, "token": "tok-77", "signature": sig});
+    let post = |event_data: Value| {
+        let body = json!({"signature": signature, "event-data": event_data}).to_string();
+        hb.post_raw("/ingest/mg", &body, "application/json", &[])
+    };
+    post(json!({"id": "m-1"})).assert_problem(422, "invalid_event_type");
+    let ok = post(json!({"id": "m-1", "event": "delivered"}));
+    assert_eq!(ok.status, 202, "{}", ok.text);
+    assert_eq!(ok.json()["event_type"], "mg.delivered", "{}", ok.text);
+    post(json!({"id": "m-2", "event": "opened"})).assert_problem(401, "invalid_signature");
+}
+
+/// Meta's subscription check (`GET /ingest/{name}?hub.mode=subscribe…`): the
+/// challenge as text for the source's verify token, else 403 — also for a meta
+/// source configured without `[meta]` — and 404 for a name that is no meta source.
+#[test]
+fn meta_subscription_checks_echo_the_challenge_for_the_token_only() {
+    let dir = new_dir();
+    write(
+        dir.path(),
+        "sources/fb.toml",
+        "kind = \"meta\"\nsecret_env = \"META\"\n[meta]\nverify_token_env = \"META_VERIFY\"\n",
+    );
+    write(
+        dir.path(),
+        "sources/bare.toml",
+        "kind = \"meta\"\nsecret_env = \"META\"\n",
+    );
+    write(
+        dir.path(),
+        "sources/gh.toml",
+        "kind = \"github\"\nsecret_env = \"GH\"",
+    );
+    let sources = dir.path().join("sources").display().to_string();
+    let hb = Hookbox::restart(
+        dir,
+        &[
+            ("SOURCES_DIR", &sources),
+            ("META", "app-secret-1"),
+            ("META_VERIFY", "verify-me-123"),
+            ("GH", "gh-secret"),
+        ],
+    );
+    let check = |name: &str, mode: &str, token: &str| {
+        hb.get(&format!(
+            "/ingest/{name}?hub.mode={mode}&hub.verify_token={token}&hub.challenge=1158201444"
+        ))
+        .unwrap()
+    };
+    let ok = check("fb", "subscribe", "verify-me-123");
+    assert_eq!(ok.status, 200, "{}", ok.text);
+    assert_eq!(ok.text, "1158201444");
+    check("fb", "subscribe", "verify-me-124").assert_problem(403, "forbidden");
+    check("fb", "unsubscribe", "verify-me-123").assert_problem(403, "forbidden");
+    check("bare", "subscribe", "verify-me-123").assert_problem(403, "forbidden");
+    check("bare", "subscribe", "").assert_problem(403, "forbidden");
+    check("gh", "subscribe", "verify-me-123").assert_problem(404, "not_found");
+    check("nope", "subscribe", "verify-me-123").assert_problem(404, "not_found");
+}
+
 /// Handshakes, answered once verified and never stored: Discord's PING (ed25519,
 /// signed here with ed25519-dalek's own signer) and Zoom's url_validation (its
 /// encryptedToken checked with the hmac crate); a Discord interaction is an event
@@ -855,12 +933,14 @@ fn handshakes_are_answered_once_verified_and_other_kinds_verify() {
         "kind = \"gitlab\"\nsecret_env = \"GITLAB\"",
     );
     let sources = dir.path().join("sources").display().to_string();
+    // Zoom mid-rotation: it signs with the new secret, listed second.
+    let zoom_secrets = format!("{OLD} {NEW}");
     let hb = Hookbox::restart(
         dir.clone(),
         &[
             ("SOURCES_DIR", &sources),
             ("DISCORD", &public),
-            ("ZOOM", NEW),
+            ("ZOOM", &zoom_secrets),
             ("GITLAB", "gl-token-1"),
         ],
     );
@@ -907,6 +987,7 @@ fn handshakes_are_answered_once_verified_and_other_kinds_verify() {
         ],
     );
     assert_eq!(zoom.status, 200, "{}", zoom.text);
+    // Answered with the secret that verified the request, not the list's first.
     let expected = hex(&hmac256(NEW.as_bytes(), &[b"qgg8vlvZRS6UYooatFL8Aw"]));
     assert_eq!(
         zoom.json(),

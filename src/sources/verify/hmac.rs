@@ -218,6 +218,11 @@ impl Scheme {
                 .collect(),
             None => vec![value],
         };
+        if let (Some(field), true) = (&self.signature_field, texts.is_empty()) {
+            // Other schemes only (Stripe's `v0`): no signature of this one, which
+            // is a signature failure, not a malformed header.
+            return Err(Rejection::Mismatch(format!("{name} (it has no {field}=)")));
+        }
         let decoded: Vec<Vec<u8>> = texts
             .into_iter()
             .filter_map(|t| t.trim().strip_prefix(self.prefix.as_str()))
@@ -403,5 +408,17 @@ mod tests {
         };
         assert_eq!(at(1000), Ok(()));
         assert_eq!(at(2000).unwrap_err().reason(), "timestamp");
+        // Only another scheme's signature (Stripe's v0): a signature failure.
+        let mut h = http::HeaderMap::new();
+        h.insert("x-signature", format!("t=1000,v0={sig}").parse().unwrap());
+        let only_v0 = scheme.verify(
+            &Incoming {
+                headers: &h,
+                body: BODY,
+                now: 1000,
+            },
+            &[Secret::new("k")],
+        );
+        assert_eq!(only_v0.unwrap_err().reason(), "signature");
     }
 }

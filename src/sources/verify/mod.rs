@@ -190,6 +190,17 @@ impl Verifier {
     }
 }
 
+impl Verifier {
+    /// Undoes what [`Verifier::verify`] remembered of `req` (a Mailgun token),
+    /// when the verified request was not accepted after all: the sender's retry
+    /// of it must not be refused as a replay.
+    pub(crate) fn forget(&self, req: &Incoming<'_>) {
+        if let Self::Mailgun { seen, .. } = self {
+            mailgun::forget(req, seen);
+        }
+    }
+}
+
 /// The raw MAC of `parts` (concatenated) under `key`.
 pub(crate) fn mac(algorithm: Algorithm, key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
     fn run<M: Mac + KeyInit>(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {

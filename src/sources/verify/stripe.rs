@@ -79,7 +79,8 @@ mod tests {
             check(&format!("t=1700000000,v0={V1}"), BODY, 1_700_000_000)
                 .unwrap_err()
                 .reason(),
-            "other"
+            "signature",
+            "other schemes are ignored: no v1 is no signature"
         );
         assert_eq!(
             check(&format!("t=1700000000,v1={V1}"), b"{}", 1_700_000_000)
