@@ -273,10 +273,18 @@ struct Reservation {
 
 impl Reservation {
     /// Asks for room for `event`'s claimable deliveries and sets its lease if
-    /// there is (clears it if not).
+    /// there is (clears it if not). An event with a delivery for a destination
+    /// that holds its work back is not claimed at all: that delivery waits
+    /// `pending` (a paused destination's work is not running), and the claim
+    /// loop takes the others.
     fn take(feed: &Feed, event: &mut NewEvent) -> Self {
         let n = event.claimable();
-        event.claim_lease = feed.dispatch().reserve(n);
+        let dispatch = feed.dispatch();
+        let held_back = event
+            .deliveries
+            .iter()
+            .any(|d| dispatch.holds_back(&d.handler));
+        event.claim_lease = if held_back { None } else { dispatch.reserve(n) };
         Self {
             feed: feed.clone(),
             n: if event.claim_lease.is_some() { n } else { 0 },

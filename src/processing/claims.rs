@@ -338,7 +338,7 @@ impl Claims {
             let taken = self.active() + self.reserved_places();
             let room = hold.saturating_sub(taken).max(1);
             let limit = u32::try_from(room).unwrap_or(u32::MAX);
-            let skip = self.lanes.capped();
+            let skip = self.lanes.not_claimed();
             // They ask for their work when they have room again (`on_spill`).
             self.lanes.skipped(&skip, uuid::Uuid::nil());
             let claimed = match self.store.claim(limit, self.lease, &skip).await {
@@ -503,6 +503,10 @@ impl Dispatch for Claims {
             })
             .ok()
             .map(|_| self.lease)
+    }
+
+    fn holds_back(&self, handler: &str) -> bool {
+        self.lanes.holds_back(handler).is_some()
     }
 
     fn unreserve(&self, n: usize) {

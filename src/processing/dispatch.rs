@@ -34,6 +34,14 @@ pub(crate) trait Dispatch: Send + Sync + 'static {
     /// duplicate key, a failed or refused commit).
     fn unreserve(&self, _n: usize) {}
 
+    /// Whether `handler`'s destination holds its work back now (paused, failing,
+    /// disabled, at its limits): an event with a delivery for it is not stored
+    /// claimed, so that delivery stays `pending` (SPEC §10) until the destination
+    /// takes work again.
+    fn holds_back(&self, _handler: &str) -> bool {
+        false
+    }
+
     /// Work waiting or running (`hookbox_queue_depth`).
     fn depth(&self) -> usize;
 

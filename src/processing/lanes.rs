@@ -489,6 +489,22 @@ impl Lanes {
             .collect()
     }
 
+    /// What the PostgreSQL claim leaves in the table: [`Lanes::capped`]'s
+    /// destinations, and those stopped (paused, by an operator or a `Retry-After`,
+    /// or disabled), whose deliveries stay `pending` until they take work again
+    /// (SPEC §10) rather than claimed and parked in memory as `processing`. A
+    /// failing destination's work is still claimed: its probe is the oldest.
+    pub(crate) fn not_claimed(&self) -> Vec<String> {
+        let now = Instant::now();
+        self.lock()
+            .iter()
+            .filter(|(_, lane)| {
+                lane.capped() || matches!(lane.state(now), State::Paused | State::Disabled)
+            })
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
     /// Of fresh work read in id order (`(delivery, handler)`), the deliveries
     /// their lanes have room for. A lane keeps at most [`Lane::cap`]: what lies
     /// past its room is left in the table, and the lane asks for it back from the

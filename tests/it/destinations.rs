@@ -546,6 +546,13 @@ fn a_pause_holds_on_every_instance() {
         .collect();
     std::thread::sleep(Duration::from_millis(1000));
     assert_eq!(r.count(), 0, "no instance delivers to a paused destination");
+    for id in &ids {
+        let e = a.call("GET", &format!("/webhooks/{id}"), None, &[]).json();
+        assert_eq!(
+            e["deliveries"][0]["status"], "pending",
+            "a paused destination's work waits pending (SPEC §10), not claimed: {e}"
+        );
+    }
     b.call(
         "POST",
         "/destinations/billing/resume",
