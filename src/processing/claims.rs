@@ -267,8 +267,11 @@ impl Claims {
             let running: u64 = holding.iter().map(|(_, r)| u64::from(*r)).sum();
             n.saturating_sub(held).saturating_add(running.min(held))
         };
+        // `MAX_BACKLOG` bounds every pending delivery, waiting retries too.
+        let waiting = self.store.waiting_retries().await?;
         self.backlog.store(due, Ordering::Relaxed);
-        self.total.store(n, Ordering::Relaxed);
+        self.total
+            .store(n.saturating_add(waiting), Ordering::Relaxed);
         Ok(())
     }
 

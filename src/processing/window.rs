@@ -75,6 +75,9 @@ pub(crate) struct Window {
     /// Signed: an outcome may be counted before its intake (a refill can read and
     /// run a delivery between its commit and its hand-off); the sum is what counts.
     backlog: AtomicI64,
+    /// Unfinished deliveries with a `retry_after` (retries, due or waiting): not
+    /// due work, but pending, so counted against `MAX_BACKLOG` (SPEC §1).
+    retries: AtomicI64,
     /// Fresh deliveries per destination (the backlog's parts): what a destination
     /// holds back is not due work.
     per_lane: Mutex<HashMap<String, i64>>,
@@ -143,6 +146,7 @@ impl Window {
                 }),
                 wake: Notify::new(),
                 backlog: AtomicI64::new(0),
+                retries: AtomicI64::new(0),
                 per_lane: Mutex::new(HashMap::new()),
                 capacity,
                 max_backlog,
@@ -215,6 +219,11 @@ impl Window {
     pub(crate) async fn start(self: &Arc<Self>) -> Result<JoinSet<()>, StoreError> {
         let counts = self.due.count_fresh().await?;
         let fresh: u64 = counts.iter().map(|(_, n)| n).sum();
+        let retries = self.due.count_retries().await?;
+        self.retries.store(
+            i64::try_from(retries).unwrap_or(i64::MAX),
+            Ordering::Relaxed,
+        );
         // Replaces what intake counted before (the count includes it).
         {
             let mut lanes = self.per_lane.lock().unwrap_or_else(|e| e.into_inner());
@@ -690,7 +699,11 @@ impl Window {
     /// Due work at `QUEUE_MAXSIZE`, or every pending delivery at `MAX_BACKLOG`:
     /// intake answers 429 with this `Retry-After`.
     pub(crate) fn overloaded(&self) -> Option<Duration> {
-        let all = usize::try_from(self.backlog.load(Ordering::Relaxed).max(0)).unwrap_or(0);
+        let pending = self
+            .backlog
+            .load(Ordering::Relaxed)
+            .saturating_add(self.retries.load(Ordering::Relaxed));
+        let all = usize::try_from(pending.max(0)).unwrap_or(0);
         (Dispatch::depth(self) >= self.capacity || all >= self.max_backlog)
             .then_some(Duration::from_secs(1))
     }
@@ -749,6 +762,12 @@ impl Window {
     ) {
         if fresh {
             self.count_fresh(handler, -1);
+        }
+        // A retry counts from the outcome that scheduled it to the one that ends it.
+        let retrying = !finish.status.is_terminal() && finish.retry_after.is_some();
+        let change = i64::from(retrying) - i64::from(!fresh);
+        if change != 0 {
+            self.retries.fetch_add(change, Ordering::Relaxed);
         }
         if let (true, Some((handler, value)), Some(me)) =
             (finish.status.is_terminal(), ordering, self.me.upgrade())

@@ -664,6 +664,10 @@ pub trait DueStore: Send + Sync + 'static {
     /// Fresh deliveries per handler: the pending backlog at startup.
     async fn count_fresh(&self) -> Result<Vec<(String, u64)>, StoreError>;
 
+    /// Unfinished deliveries with a `retry_after` (retries, due or waiting): with
+    /// the fresh ones, every pending delivery (`MAX_BACKLOG`), at startup.
+    async fn count_retries(&self) -> Result<u64, StoreError>;
+
     /// The ids of up to `limit` fresh deliveries above `after`, oldest first, each
     /// with its handler; none of the handlers in `skip` (destinations that hold
     /// enough already).
@@ -755,6 +759,10 @@ pub trait ClaimStore: Send + Sync + 'static {
     /// `retry_after` has passed (or that have none) and `processing` ones. Retries
     /// still waiting are not counted.
     async fn backlog(&self) -> Result<u64, StoreError>;
+
+    /// Retries waiting for their `retry_after`, on every instance: with
+    /// [`ClaimStore::backlog`], every pending delivery (`MAX_BACKLOG`, SPEC §1).
+    async fn waiting_retries(&self) -> Result<u64, StoreError>;
 
     /// How many instances hold their `INSTANCE_ID` on this database now (at
     /// least 1): they share every destination's limits.

@@ -306,6 +306,50 @@ fn held_back_work_does_not_fill_the_queue(db: &Db) {
 }
 }
 
+on_both_backends! {
+/// Retries waiting for their time are not due work (`QUEUE_MAXSIZE` leaves them
+/// out) but they are pending deliveries: `MAX_BACKLOG` counts them (SPEC §1).
+fn waiting_retries_count_against_max_backlog(db: &Db) {
+    let dir = new_dir();
+    let down = Receiver::start();
+    down.set_default(Answer::status(500));
+    http_manifest(
+        dir.path(),
+        "down",
+        "[\"down\"]",
+        &down.url,
+        "backoff = [\"120s\"]",
+        "",
+    );
+    let env = [
+        ("ALLOWED_TARGETS", "127.0.0.0/8"),
+        ("QUEUE_MAXSIZE", "100"),
+        ("MAX_BACKLOG", "3"),
+    ];
+    let hb = Hookbox::restart(dir, &db.env(&env));
+    let ids: Vec<String> = (0..3)
+        .map(|n| {
+            let r = hb.post(&event("down", n), &[]);
+            assert_eq!(r.status, 202, "event {n}: {}", r.text);
+            r.json()["id"].as_str().expect("id").to_owned()
+        })
+        .collect();
+    for id in &ids {
+        eventually(WAIT, "its retry scheduled", || {
+            let e = hb.call("GET", &format!("/webhooks/{id}"), None, &[]).json();
+            let d = &e["deliveries"][0];
+            (d["attempts"] == 1 && d["retry_after"].is_string()).then_some(())
+        });
+    }
+    // A backlog count (PostgreSQL counts every 100 ms or so), then the next
+    // event is refused at once — before the circuit (10 failures) could hold the
+    // destination back and make its new work count for another reason.
+    std::thread::sleep(Duration::from_millis(500));
+    let refused = hb.post(&event("down", 100), &[]);
+    refused.assert_problem(429, "overloaded");
+}
+}
+
 /// The payloads of the operator events a receiver got, by type.
 fn operator_events(r: &Receiver) -> Vec<(String, Value)> {
     r.requests()

@@ -107,6 +107,12 @@ fn backlog_sql() -> String {
     )
 }
 
+/// Retries still waiting for their time: what [`backlog_sql`] leaves out of
+/// every pending delivery (read through index `deliveries_retry`).
+fn waiting_retries_sql() -> String {
+    format!("SELECT count(*) FROM deliveries d WHERE {RETRY} AND d.retry_after > now()")
+}
+
 /// The unfinished deliveries' `event_id` and `created_at`, read through their
 /// partial indexes, one per kind of unfinished work (`pending` never tried,
 /// `pending` waiting to retry, `processing`): how the events not yet finished are
@@ -249,6 +255,13 @@ impl ClaimStore for PgStore {
 
     async fn backlog(&self) -> Result<u64, StoreError> {
         let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(backlog_sql()))
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    async fn waiting_retries(&self) -> Result<u64, StoreError> {
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(waiting_retries_sql()))
             .fetch_one(&self.pool)
             .await?;
         Ok(u64::try_from(n).unwrap_or(0))

@@ -92,6 +92,11 @@ pub(super) const COUNT_FRESH: &str = "SELECT handler, COUNT(*) AS n FROM deliver
      INDEXED BY deliveries_fresh WHERE status IN ('pending', 'processing') \
      AND retry_after IS NULL GROUP BY handler";
 
+/// Unfinished deliveries with a `retry_after`: retries, due or waiting.
+pub(super) const COUNT_RETRIES: &str = "SELECT COUNT(*) AS n FROM deliveries \
+     INDEXED BY deliveries_retry WHERE status IN ('pending', 'processing') \
+     AND retry_after IS NOT NULL";
+
 /// The oldest unfinished delivery of a key; binds: handler, value.
 pub(super) const HEAD_OF_KEY: &str = "SELECT id, event_id, retry_after FROM deliveries \
      INDEXED BY deliveries_key_unfinished WHERE handler = ? AND ordering_value = ? \
@@ -149,6 +154,11 @@ impl DueStore for SqliteStore {
                 ))
             })
             .collect()
+    }
+
+    async fn count_retries(&self) -> Result<u64, StoreError> {
+        let row = sqlx::query(COUNT_RETRIES).fetch_one(&self.read).await?;
+        Ok(u64::try_from(row.int("n")?).unwrap_or(0))
     }
 
     async fn fresh_ids_after(
