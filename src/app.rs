@@ -404,15 +404,17 @@ async fn run_workers(
     let store = state.store.clone();
     let (stop_claiming, stop_leases) = (CancellationToken::new(), CancellationToken::new());
     let shared = state.inbox.is_shared();
+    // Destinations paused, failing or disabled before a restart stay so — before
+    // the first claim or refill, which would otherwise take a paused
+    // destination's work; what changes from now on is kept and announced
+    // (operator events).
+    crate::operator::restore(&*store, &state.inbox.lanes(), &state.registry).await?;
     let Started {
         queue,
         feed,
         lanes,
         mut tasks,
     } = state.inbox.start(&stop_claiming, &stop_leases).await?;
-    // Destinations paused, failing or disabled before a restart stay so; what
-    // changes from now on is kept and announced (operator events).
-    crate::operator::restore(&*store, &lanes, &state.registry).await?;
     let (notices, heard) = tokio::sync::mpsc::unbounded_channel();
     lanes.listen(notices);
     tokio::spawn(crate::operator::run(

@@ -25,7 +25,7 @@ use crate::store::{DestinationBacklog, Store};
 pub(crate) struct Destination {
     /// The handler's name.
     name: String,
-    /// `http`, `exec`, `log`, `rust` or `subscriber`.
+    /// `http` (a subscriber too), `exec`, `log` or `rust`.
     kind: String,
     /// `healthy`, `paused`, `failing` or `disabled`.
     state: String,

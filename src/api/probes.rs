@@ -12,7 +12,7 @@ use tracing::warn;
 use crate::api::auth;
 use crate::api::problem::Problem;
 use crate::inbox::Inbox;
-use crate::state::{AdminToken, Lifecycle, MetricsExport, OpenApiDocument};
+use crate::state::{Lifecycle, MetricsExport, OpenApiDocument};
 use crate::store::Store;
 use crate::telemetry::names;
 
@@ -86,13 +86,15 @@ pub(crate) const PING_TIMEOUT: std::time::Duration = std::time::Duration::from_m
 )]
 pub(crate) async fn metrics(
     State(export): State<MetricsExport>,
-    State(admin): State<AdminToken>,
+    State(app): State<crate::state::AppState>,
     State(inbox): State<Inbox>,
     State(store): State<Arc<dyn Store>>,
+    client: Option<axum::Extension<crate::guard::ClientAddr>>,
     headers: HeaderMap,
 ) -> Result<Response, Problem> {
     if !export.public {
-        auth::require_admin(&admin, &headers)?;
+        // A wrong token counts against the client's address (SPEC §2).
+        auth::checked(&app, client.map(|c| c.0.0), &headers)?;
     }
     let Some(handle) = &export.prometheus else {
         return Err(Problem::not_found("metrics recorder"));

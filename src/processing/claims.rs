@@ -147,8 +147,11 @@ pub(crate) struct Claims {
     capacity: usize,
     /// `MAX_BACKLOG`, over `total`.
     max_backlog: usize,
-    /// The shared backlog, held-back work included.
+    /// The shared backlog, held-back work and waiting retries included.
     total: AtomicU64,
+    /// Retries waiting for their time, on every instance, as last counted
+    /// ([`Claims::count_waiting`], every [`INSTANCES_EVERY`]): part of `total`.
+    waiting: AtomicU64,
     workers: usize,
     lease: Duration,
     /// The destinations' lanes: jobs parked there do not take a worker's place.
@@ -182,6 +185,7 @@ impl Claims {
             capacity,
             max_backlog,
             total: AtomicU64::new(0),
+            waiting: AtomicU64::new(0),
             workers,
             lease,
             lanes,
@@ -268,7 +272,7 @@ impl Claims {
             n.saturating_sub(held).saturating_add(running.min(held))
         };
         // `MAX_BACKLOG` bounds every pending delivery, waiting retries too.
-        let waiting = self.store.waiting_retries().await?;
+        let waiting = self.waiting.load(Ordering::Relaxed);
         self.backlog.store(due, Ordering::Relaxed);
         self.total
             .store(n.saturating_add(waiting), Ordering::Relaxed);
@@ -409,15 +413,28 @@ impl Claims {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Counts the retries waiting for their time (`MAX_BACKLOG` counts them):
+    /// at startup, then every [`INSTANCES_EVERY`] — one dead destination can
+    /// leave a great many, read far less often than the due work.
+    pub(crate) async fn count_waiting(&self) -> Result<(), crate::store::StoreError> {
+        let waiting = self.store.waiting_retries().await?;
+        self.waiting.store(waiting, Ordering::Relaxed);
+        Ok(())
+    }
+
     async fn count_loop(self: Arc<Self>) {
         let mut backoff = Backoff::default();
         let mut instances_at = tokio::time::Instant::now();
         loop {
             let started = tokio::time::Instant::now();
             if started >= instances_at {
-                // The instances sharing the destinations' limits, every few seconds.
+                // The instances sharing the destinations' limits, and the waiting
+                // retries, every few seconds.
                 if let Ok(n) = self.store.instances().await {
                     self.lanes.share(n);
+                }
+                if let Err(e) = self.count_waiting().await {
+                    warn!(error = %e, "could not count the waiting retries");
                 }
                 instances_at = started + INSTANCES_EVERY;
             }
@@ -443,7 +460,8 @@ impl Claims {
     }
 }
 
-/// How often the live instances are counted (they share the destinations' limits).
+/// How often the live instances are counted (they share the destinations'
+/// limits), and the waiting retries.
 const INSTANCES_EVERY: Duration = Duration::from_secs(2);
 
 impl Dispatch for Claims {
@@ -509,7 +527,7 @@ impl Dispatch for Claims {
     }
 
     fn holds_back(&self, handler: &str) -> bool {
-        self.lanes.holds_back(handler).is_some()
+        self.lanes.leaves_unclaimed(handler)
     }
 
     fn unreserve(&self, n: usize) {

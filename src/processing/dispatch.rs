@@ -34,10 +34,10 @@ pub(crate) trait Dispatch: Send + Sync + 'static {
     /// duplicate key, a failed or refused commit).
     fn unreserve(&self, _n: usize) {}
 
-    /// Whether `handler`'s destination holds its work back now (paused, failing,
-    /// disabled, at its limits): an event with a delivery for it is not stored
-    /// claimed, so that delivery stays `pending` (SPEC §10) until the destination
-    /// takes work again.
+    /// Whether `handler`'s destination leaves its work in the table now (paused
+    /// by an operator, disabled, or holding all it keeps in memory): an event
+    /// with a delivery for it is not stored claimed, so that delivery stays
+    /// `pending` (SPEC §10) until the destination takes work again.
     fn holds_back(&self, _handler: &str) -> bool {
         false
     }

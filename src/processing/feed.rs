@@ -89,6 +89,7 @@ impl Feed {
             Self::Local(window) => window.start().await,
             Self::Shared(claims) => {
                 claims.reclaim().await?;
+                claims.count_waiting().await?;
                 claims.refresh_backlog().await?;
                 Ok(claims.spawn(claiming, rest))
             }

@@ -371,6 +371,12 @@ impl<J> Lane<J> {
     }
 
     /// Blocked by something other than its limits (paused, failing, disabled).
+    /// Stopped until an operator (or time) says otherwise: paused by an operator,
+    /// or disabled. Its work is left in the table on PostgreSQL, `pending`.
+    pub(crate) fn stopped(&self) -> bool {
+        self.paused || matches!(self.circuit, Circuit::Disabled)
+    }
+
     fn blocked_by_state(&self) -> Option<Reason> {
         match self.circuit {
             Circuit::Disabled | Circuit::Open { .. } => return Some(Reason::Circuit),
@@ -511,8 +517,12 @@ impl<J> Lane<J> {
         self.consecutive_failures = stored.consecutive_failures;
         self.last_error.clone_from(&stored.last_error);
         self.state_since = Timestamp::parse(&stored.state_since).unwrap_or(self.state_since);
-        self.last_success = ts(&stored.last_success);
         self.failing_since = ts(&stored.failing_since);
+        // The state is kept when it changes, not at every success: a kept last
+        // success is the last one only if the lane was failing since (else
+        // `disable_after` would count from a success long superseded, and a
+        // healthy destination restarted into a short outage be disabled at once).
+        self.last_success = ts(&stored.last_success).filter(|_| self.failing_since.is_some());
         let until = ts(&stored.paused_until);
         match stored.state.as_str() {
             "disabled" => self.circuit = Circuit::Disabled,
@@ -778,6 +788,28 @@ mod tests {
             last = l.finish(fail(), now);
         }
         assert_eq!(last.map(|t| t.state), Some(State::Disabled));
+    }
+
+    /// A kept state holds the last success of its last change only: restored
+    /// from a healthy lane it is not the last one, and `disable_after` must not
+    /// count from it; from a failing lane it is.
+    #[test]
+    fn a_restored_last_success_counts_only_from_a_failing_state() {
+        let now = Instant::now();
+        let mut l = lane(8);
+        l.enter(Uuid::now_v7(), 0, now, false);
+        l.finish(Verdict::Success, now);
+        let mut back = lane(8);
+        back.restore(&l.stored(now), now);
+        assert_eq!(back.last_success, None, "superseded by later successes");
+        for _ in 0..OPEN_AFTER {
+            l.enter(Uuid::now_v7(), 0, now, false);
+            l.finish(fail(), now);
+        }
+        let mut back = lane(8);
+        back.restore(&l.stored(now), now);
+        assert_eq!(back.last_success, l.last_success, "no success since");
+        assert_eq!(back.state(now), State::Failing);
     }
 
     #[test]

@@ -490,19 +490,25 @@ impl Lanes {
     }
 
     /// What the PostgreSQL claim leaves in the table: [`Lanes::capped`]'s
-    /// destinations, and those stopped (paused, by an operator or a `Retry-After`,
+    /// destinations, and those stopped ([`Lane::stopped`]: paused by an operator,
     /// or disabled), whose deliveries stay `pending` until they take work again
     /// (SPEC §10) rather than claimed and parked in memory as `processing`. A
-    /// failing destination's work is still claimed: its probe is the oldest.
+    /// failing destination's work is still claimed (its oldest is the probe), and
+    /// so is one paused by a `Retry-After` (it resumes by the clock).
     pub(crate) fn not_claimed(&self) -> Vec<String> {
-        let now = Instant::now();
         self.lock()
             .iter()
-            .filter(|(_, lane)| {
-                lane.capped() || matches!(lane.state(now), State::Paused | State::Disabled)
-            })
+            .filter(|(_, lane)| lane.capped() || lane.stopped())
             .map(|(name, _)| name.clone())
             .collect()
+    }
+
+    /// Whether [`Lanes::not_claimed`] names `name`: intake stores no event with a
+    /// delivery for it claimed.
+    pub(crate) fn leaves_unclaimed(&self, name: &str) -> bool {
+        self.lock()
+            .get(name)
+            .is_some_and(|lane| lane.capped() || lane.stopped())
     }
 
     /// Of fresh work read in id order (`(delivery, handler)`), the deliveries

@@ -19,8 +19,10 @@
 //! - **Backpressure** reads the pending backlog, not the window: fresh deliveries
 //!   (counted from the table at startup, then kept by intake, replay and outcomes),
 //!   plus an event no handler matched while it holds a place in the window.
-//!   Retries waiting for their time are not counted, so one dead receiver cannot
-//!   make intake refuse everyone.
+//!   Retries waiting for their time are not counted against `QUEUE_MAXSIZE`, so
+//!   one dead receiver cannot make intake refuse everyone; `MAX_BACKLOG` counts
+//!   them too (`retries`: from the outcome that schedules a delivery's first
+//!   retry to the one that ends it).
 //!
 //! Every delivery in memory is *held*, once: a job is added only when its
 //! delivery is not held already, and its id is let go when its place in the queue

@@ -341,10 +341,10 @@ fn waiting_retries_count_against_max_backlog(db: &Db) {
             (d["attempts"] == 1 && d["retry_after"].is_string()).then_some(())
         });
     }
-    // A backlog count (PostgreSQL counts every 100 ms or so), then the next
-    // event is refused at once — before the circuit (10 failures) could hold the
-    // destination back and make its new work count for another reason.
-    std::thread::sleep(Duration::from_millis(500));
+    // A count of the waiting retries (PostgreSQL counts them every 2 s), then
+    // the next event is refused at once — before the circuit (10 failures) could
+    // hold the destination back and make its new work count for another reason.
+    std::thread::sleep(Duration::from_millis(2500));
     let refused = hb.post(&event("down", 100), &[]);
     refused.assert_problem(429, "overloaded");
 }
@@ -432,6 +432,9 @@ fn a_pause_survives_a_restart(db: &Db) {
     assert_eq!(d["state"], "paused", "{d}");
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(r.count(), 0);
+    // Restored before the first claim: its work was not taken (SPEC §10).
+    let e = hb.call("GET", &format!("/webhooks/{id}"), None, &[]).json();
+    assert_eq!(e["deliveries"][0]["status"], "pending", "{e}");
     hb.call("POST", "/destinations/billing/resume", Some(&json!({})), &[]);
     hb.wait_status(&id, "completed", WAIT);
 }

@@ -144,16 +144,18 @@ fn wrong_tokens_and_logins_are_throttled_per_address() {
 }
 
 /// Wrong tokens count wherever a token is read: on the listing and the attempts
-/// (open paths with admin reads), and on the open reads, whose full view would
-/// otherwise tell the right token from a wrong one, unthrottled.
+/// (open paths with admin reads), on `/metrics` when it is not public, and on
+/// the open reads, whose full view would otherwise tell the right token from a
+/// wrong one, unthrottled.
 #[test]
 fn wrong_tokens_on_open_paths_are_throttled_too() {
     let token = "the-right-admin-token-0123";
-    let hb = Hookbox::start(&[("ADMIN_TOKEN", token)]);
+    let hb = Hookbox::start(&[("ADMIN_TOKEN", token), ("METRICS_PUBLIC", "false")]);
     let r = hb.post(&json!({"event_type": "a.b", "payload": {}}), &[]);
     assert_eq!(r.status, 202, "{}", r.text);
     let id = r.json()["id"].as_str().expect("id").to_owned();
     let paths = [
+        "/metrics".to_owned(),
         "/webhooks?limit=1".to_owned(),
         format!("/webhooks/{id}/attempts"),
         format!("/webhooks/{id}"),
