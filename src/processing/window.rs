@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 use uuid::Uuid;
 
 use crate::model::{DeliveryTask, Finish, Timestamp};
@@ -60,6 +60,9 @@ const REFILL_AT: usize = WINDOW / 2;
 
 /// Payload bytes one read of the table brings in at most (and one row more).
 const READ_BUDGET: usize = 16 << 20;
+
+/// How often the retries are counted from the table again (`MAX_BACKLOG`).
+const RECOUNT_RETRIES: Duration = Duration::from_secs(2);
 
 /// How long to wait before reading again after the database failed.
 const READ_RETRY: Duration = Duration::from_secs(1);
@@ -247,6 +250,7 @@ impl Window {
         let mut tasks = JoinSet::new();
         tasks.spawn(self.clone().refill());
         tasks.spawn(self.clone().settle_lost());
+        tasks.spawn(self.clone().recount_retries());
         Ok(tasks)
     }
 
@@ -567,6 +571,22 @@ impl Window {
             tokio::select! {
                 () = woken => {}
                 () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// Counts the retries from the table again every [`RECOUNT_RETRIES`]: the
+    /// outcomes keep `retries` current between counts, and a count corrects what
+    /// they cannot see (an event erased while its delivery waited for its retry,
+    /// an outcome recorded for a delivery erased meanwhile).
+    async fn recount_retries(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(RECOUNT_RETRIES).await;
+            match self.due.count_retries().await {
+                Ok(n) => self
+                    .retries
+                    .store(i64::try_from(n).unwrap_or(i64::MAX), Ordering::Relaxed),
+                Err(e) => debug!(error = %e, "could not count the retries"),
             }
         }
     }
