@@ -31,10 +31,17 @@ pub(crate) async fn erase(
     Path(id): Path<String>,
 ) -> Result<Response, Problem> {
     let id = parse_id(&id)?;
+    let in_progress = || {
+        Problem::new(StatusCode::CONFLICT, "event_in_progress")
+            .detail("a delivery of this event is being attempted; erase it once the attempt ends")
+    };
+    // An attempt that began a moment ago is not yet `processing` in the table.
+    if app.inbox.attempting(id) {
+        return Err(in_progress());
+    }
     match app.store.erase(id).await? {
         Erasure::NotFound => Err(Problem::not_found("event")),
-        Erasure::InProgress => Err(Problem::new(StatusCode::CONFLICT, "event_in_progress")
-            .detail("a delivery of this event is being attempted; erase it once the attempt ends")),
+        Erasure::InProgress => Err(in_progress()),
         Erasure::Erased {
             idempotency_key,
             source,

@@ -582,6 +582,15 @@ impl Inbox {
         .await
     }
 
+    /// Whether an attempt of `event` is running on this instance now (SQLite:
+    /// before its delivery is marked `processing`); erasing waits for it (409).
+    pub(crate) fn attempting(&self, event: Uuid) -> bool {
+        self.0
+            .feed
+            .window()
+            .is_some_and(|window| window.attempting(event))
+    }
+
     /// An event was erased. On SQLite the window reads its table again, so that
     /// the next delivery of an ordering key the event's delivery headed is not
     /// left waiting for something else to wake the refill (PostgreSQL's claims

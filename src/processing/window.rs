@@ -93,6 +93,32 @@ pub(crate) struct Window {
     gate: OrderingGate,
     /// The destinations' lanes: the refill leaves out those that hold enough.
     lanes: Arc<Lanes>,
+    /// Events with an attempt running now, by count ([`Window::attempt`]): an
+    /// attempt marks its delivery `processing` only after a moment, so erasing
+    /// asks here too (409 while one runs, SPEC §14).
+    attempting: Mutex<HashMap<Uuid, u32>>,
+}
+
+/// An attempt of an event running ([`Window::attempt`]); it ends when dropped.
+pub(crate) struct Attempting {
+    window: Arc<Window>,
+    event: Uuid,
+}
+
+impl Drop for Attempting {
+    fn drop(&mut self) {
+        let mut running = self
+            .window
+            .attempting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = running.get_mut(&self.event) {
+            *n -= 1;
+            if *n == 0 {
+                running.remove(&self.event);
+            }
+        }
+    }
 }
 
 /// What the window knows of the table, under one lock.
@@ -152,6 +178,7 @@ impl Window {
                 wake: Notify::new(),
                 backlog: AtomicI64::new(0),
                 retries: AtomicI64::new(0),
+                attempting: Mutex::new(HashMap::new()),
                 per_lane: Mutex::new(HashMap::new()),
                 capacity,
                 max_backlog,
@@ -606,6 +633,28 @@ impl Window {
             Ok(_) => {}
             Err(e) => warn!(error = %e, "could not look for unsettled events"),
         }
+    }
+
+    /// An attempt of `event` starts; it runs until the answer is dropped.
+    pub(crate) fn attempt(self: &Arc<Self>, event: Uuid) -> Attempting {
+        *self
+            .attempting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(event)
+            .or_default() += 1;
+        Attempting {
+            window: self.clone(),
+            event,
+        }
+    }
+
+    /// Whether an attempt of `event` is running now.
+    pub(crate) fn attempting(&self, event: Uuid) -> bool {
+        self.attempting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(&event)
     }
 
     /// An ordered delivery is about to be committed (intake).

@@ -316,6 +316,10 @@ impl Workers {
         attempt: u32,
         span: &Option<TraceContext>,
     ) -> Result<(Result<(), Failure>, Done), crate::store::StoreError> {
+        // Known to be running from its first moment (erasing answers 409), not
+        // only once it is marked `processing` (SQLite; PostgreSQL stores it
+        // claimed, `processing`, before it runs).
+        let _running = self.feed.window().map(|w| w.attempt(task.event_id));
         let run = attempt_once(route, task, attempt, span);
         tokio::pin!(run);
         tokio::select! {

@@ -84,6 +84,32 @@ fn a_running_attempt_makes_erasure_409_and_bad_ids_are_refused() {
         .assert_problem(400, "invalid_id");
 }
 
+/// From its first moment: an attempt marks its delivery `processing` only after
+/// 50 ms (SQLite), and an erasure sent as the handler started answered 204 and
+/// erased the event under the running attempt.
+#[test]
+fn an_attempt_that_just_started_makes_erasure_409() {
+    let dir = new_dir();
+    let mark = dir.path().join("started");
+    let slow = script(
+        dir.path(),
+        "slow.sh",
+        &format!("touch '{}'; cat >/dev/null; sleep 2", mark.display()),
+    );
+    exec_manifest(dir.path(), "slow", r#"["slow.*"]"#, &slow, "");
+    let hb = Hookbox::restart(dir, &[]);
+    let r = hb.post(&json!({"event_type": "slow.one", "payload": {}}), &[]);
+    let id = r.json()["id"].as_str().expect("id").to_owned();
+    let began = std::time::Instant::now();
+    while !mark.exists() {
+        assert!(began.elapsed() < WAIT, "the handler never started");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    hb.call("DELETE", &format!("/webhooks/{id}"), None, &[])
+        .assert_problem(409, "event_in_progress");
+    hb.wait_status(&id, "completed", WAIT);
+}
+
 #[test]
 fn erasure_needs_the_admin_token() {
     let hb = Hookbox::start(&[("ADMIN_TOKEN", "the-right-admin-token-0123")]);
