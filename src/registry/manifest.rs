@@ -246,9 +246,11 @@ fn load(file: &Path, ctx: &Context, secrets: &HashSet<String>) -> Result<Route, 
     };
     let text = std::fs::read_to_string(file).map_err(|e| err("-", format!("cannot read: {e}")))?;
     let m: Manifest = toml::from_str(&text).map_err(|e| {
-        let message = e.message().to_owned();
-        let field = field_of(&message);
-        err(&field, format!("{message}{}", toml_position(&text, &e)))
+        let field = toml_field(&text, &e);
+        err(
+            &field,
+            format!("{}{}", e.message(), toml_position(&text, &e)),
+        )
     })?;
     let stem = file
         .file_stem()
@@ -479,6 +481,28 @@ fn field_of(message: &str) -> String {
         .to_owned()
 }
 
+/// The field a TOML error in `text` is about: the key of the `key = value` line
+/// whose value the error points at, else the back-quoted name in the message
+/// (`unknown field `x``, `missing field `url``). A type error names the value,
+/// not the key ("invalid type: integer `5`, expected a string"), so its key is
+/// read from the text: `interval = 5` names `interval`.
+pub(crate) fn toml_field(text: &str, e: &toml::de::Error) -> String {
+    e.span()
+        .and_then(|span| key_before(text, span.start))
+        .unwrap_or_else(|| field_of(e.message()))
+}
+
+/// The key whose value starts at byte `at` of `text` (`at` lies after the `=`
+/// of its line).
+fn key_before(text: &str, at: usize) -> Option<String> {
+    let before = text.get(..at)?;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let (key, _) = before.get(line_start..)?.split_once('=')?;
+    let key = key.trim().trim_matches(|c| c == '"' || c == '\'');
+    let plain = !key.is_empty() && !key.starts_with('[') && !key.contains(char::is_whitespace);
+    plain.then(|| key.rsplit('.').next().unwrap_or(key).to_owned())
+}
+
 /// The routing table as `hookbox handlers check` prints it.
 pub fn table(registry: &Registry) -> String {
     let mut rows = vec![[
@@ -531,6 +555,28 @@ pub(crate) fn columns<const N: usize>(rows: &[[String; N]]) -> String {
 mod tests {
     use super::*;
     use crate::config::MAX_DURATION;
+
+    /// A type error names the key, not the value it refused.
+    #[test]
+    fn a_toml_error_names_its_key() {
+        let field = |text: &str| {
+            let e = toml::from_str::<Manifest>(text).expect_err("refused");
+            toml_field(text, &e)
+        };
+        assert_eq!(
+            field("event_types = [\"a\"]\nkind = \"log\"\nmax_attempts = \"five\""),
+            "max_attempts"
+        );
+        assert_eq!(
+            field("event_types = [\"a\"]\nkind = \"http\"\n[http]\nurl = 5"),
+            "url"
+        );
+        assert_eq!(
+            field("event_types = [\"a\"]\nkind = \"log\"\nbogus = 1"),
+            "bogus"
+        );
+        assert_eq!(field("kind = \"log\""), "event_types");
+    }
     use crate::retry::Backoff;
     use proptest::prelude::*;
 

@@ -156,22 +156,14 @@ pub fn load_str(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Source, ManifestError> {
     let file = file.as_ref();
-    let m: Manifest = toml::from_str(text).map_err(|e| {
-        let message = e.message().to_owned();
-        let field = message
-            .split('`')
-            .nth(1)
-            .filter(|f| !f.contains(' '))
-            .unwrap_or("-")
-            .to_owned();
-        ManifestError {
-            file: file.to_owned(),
-            field,
-            message: format!(
-                "{message}{}",
-                crate::registry::manifest::toml_position(text, &e)
-            ),
-        }
+    let m: Manifest = toml::from_str(text).map_err(|e| ManifestError {
+        file: file.to_owned(),
+        field: crate::registry::manifest::toml_field(text, &e),
+        message: format!(
+            "{}{}",
+            e.message(),
+            crate::registry::manifest::toml_position(text, &e)
+        ),
     })?;
     build(file, m, env).map_err(|p| error(file, p))
 }
@@ -878,6 +870,11 @@ mod tests {
             "bogus"
         );
         assert_eq!(field("kind = \"none\"\nsecrets = \"x\""), "secrets");
+        // A type error names the key, not the refused value (it said `5`).
+        assert_eq!(
+            field("kind = \"poll\"\n[poll]\nurl = \"http://x\"\ninterval = 5"),
+            "interval"
+        );
         assert_eq!(field("kind = \"hmac\"\nsecret_env = \"S\""), "hmac");
         assert_eq!(
             field("kind = \"github\"\nsecret_env = \"S\"\n[token]\nheader = \"X\""),
