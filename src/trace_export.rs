@@ -74,8 +74,11 @@ impl Exporting {
 /// Starts the exporter for `settings` (from a runtime). A second start in one
 /// process (tests embedding several apps) keeps the first queue.
 pub(crate) fn start(settings: &Otlp) -> Result<Exporting, ExportError> {
+    // Like every outbound request, never through a proxy named by HTTP_PROXY,
+    // HTTPS_PROXY or ALL_PROXY (SPEC §1).
     let client = reqwest::Client::builder()
         .timeout(settings.timeout)
+        .no_proxy()
         .build()
         .map_err(|e| ExportError(e.to_string()))?;
     let mut exporter = opentelemetry_otlp::SpanExporter::builder()

@@ -66,6 +66,28 @@ on_both_backends! {
     }
 }
 
+/// A `log` handler's line about an event carries its `trace_id` (SPEC §13: JSON
+/// log lines about an event carry it).
+#[test]
+fn a_log_handlers_line_carries_the_trace_id() {
+    let dir = new_dir();
+    crate::harness::write(
+        dir.path(),
+        "handlers/seen.toml",
+        "event_types = [\"traced.*\"]\nkind = \"log\"\n",
+    );
+    let hb = Hookbox::restart(dir, &[("LOG_FORMAT", "json")]);
+    let id = post(&hb, &[("traceparent", &format!("00-{TRACE}-{PARENT}-01"))]);
+    hb.wait_status(&id, "completed", WAIT);
+    let line = crate::harness::eventually(WAIT, "the log handler's line", || {
+        hb.logs()
+            .into_iter()
+            .find(|l| l.contains("event received") && l.contains(&id))
+    });
+    let v: Value = serde_json::from_str(&line).expect("json");
+    assert_eq!(v["fields"]["trace_id"], TRACE, "{line}");
+}
+
 #[test]
 fn an_invalid_traceparent_starts_a_new_trace() {
     let hb = Hookbox::start(&[]);

@@ -9,15 +9,18 @@ pub fn handler(name: &str) -> BoxHandler {
     handler_fn(move |event: Event| {
         let name = name.clone();
         async move {
+            // A line about an event carries its trace (SPEC §13).
+            let trace_id = event.trace().map_or("", |t| t.trace_id());
             tracing::info!(
                 handler = %name,
                 event_id = %event.id,
+                trace_id,
                 event_type = %event.event_type,
                 attempt = event.attempt,
                 bytes = event.payload().len(),
                 "event received"
             );
-            tracing::debug!(handler = %name, event_id = %event.id, payload = %event.payload());
+            tracing::debug!(handler = %name, event_id = %event.id, trace_id, payload = %event.payload());
             Ok(())
         }
     })
