@@ -205,8 +205,7 @@ pub(crate) async fn receive(
             .detail(rejection.to_string());
         return Err(Refused::unverified(Reason::of(&rejection), problem));
     }
-    let verified_by = verifying_secret(source, &incoming);
-    let answer = accept_verified(app, source, headers, body, verified_by).await;
+    let answer = accept_verified(app, source, &incoming).await;
     if answer.is_err() {
         // Not accepted: what verifying remembered (a Mailgun token) is let go,
         // or the sender's retry would be refused as a replay.
@@ -219,13 +218,10 @@ pub(crate) async fn receive(
 async fn accept_verified(
     app: &Intake,
     source: &LiveSource,
-    headers: &HeaderMap,
-    body: &[u8],
-    verified_by: Option<&crate::config::Secret>,
+    incoming: &Incoming<'_>,
 ) -> Result<Passed, Refused> {
-    match identify_event(source, headers, body, verified_by)
-        .map_err(|p| Refused::verified(p, true))?
-    {
+    let headers = incoming.headers;
+    match identify_event(source, incoming).map_err(|p| Refused::verified(p, true))? {
         Identified::Handshake(answer) => Ok(Passed {
             accepted: 0,
             duplicates: 0,
@@ -448,19 +444,15 @@ enum Identified {
 
 /// The payload, the prefixed event type and the key of a verified request (of
 /// each of its events, for a source that splits a batched body).
-fn identify_event(
-    source: &LiveSource,
-    headers: &HeaderMap,
-    body: &[u8],
-    verified_by: Option<&crate::config::Secret>,
-) -> Result<Identified, Problem> {
+fn identify_event(source: &LiveSource, incoming: &Incoming<'_>) -> Result<Identified, Problem> {
+    let (headers, body) = (incoming.headers, incoming.body);
     let s = &source.source;
     let invalid = |e: identify::BodyError| Problem::invalid_body(e.to_string());
     let mut payload = identify::payload(headers, body).map_err(invalid)?;
     if s.kind == "slack" && identify::is_form(headers) {
         payload = identify::slack_interaction(payload).map_err(invalid)?;
     }
-    if let Some(answer) = handshake(source, &payload, verified_by) {
+    if let Some(answer) = handshake(source, &payload, incoming) {
         return Ok(Identified::Handshake(answer));
     }
     if let Some(items) = s.split.as_ref().and_then(|split| batch(&payload, split)) {
@@ -489,32 +481,9 @@ fn identify_event(
         .map(|s| Identified::Event(Box::new(s)))
 }
 
-/// The secret of the source's list that verified `incoming`, where a handshake's
-/// answer is made with it (`zoom`): during a rotation the sender signs with the
-/// new secret, and an answer made with another fails its validation. `None` for
-/// other kinds (nothing to look for).
-fn verifying_secret<'s>(
-    source: &'s LiveSource,
-    incoming: &Incoming<'_>,
-) -> Option<&'s crate::config::Secret> {
-    let s = &source.source;
-    if s.kind != "zoom" {
-        return None;
-    }
-    s.secrets.iter().find(|secret| {
-        s.verifier
-            .verify(incoming, std::slice::from_ref(secret))
-            .is_ok()
-    })
-}
-
-/// The answer to a verified handshake, if `payload` is one (docs/sources.md);
-/// `verified_by` is the secret that verified it ([`verifying_secret`]).
-fn handshake(
-    source: &LiveSource,
-    payload: &str,
-    verified_by: Option<&crate::config::Secret>,
-) -> Option<Value> {
+/// The answer to a verified handshake, if `payload` (of `incoming`) is one
+/// (docs/sources.md).
+fn handshake(source: &LiveSource, payload: &str, incoming: &Incoming<'_>) -> Option<Value> {
     let s = &source.source;
     let at = |pointer: &str| json::pointer(payload, pointer);
     match &s.verifier {
@@ -529,7 +498,19 @@ fn handshake(
             if s.kind == "zoom" && at("/event") == Some("\"endpoint.url_validation\"") =>
         {
             let plain = at("/payload/plainToken").and_then(json::string_value)?;
-            let secret = verified_by.or(s.secrets.first())?;
+            // Made with the secret that verified the request: mid-rotation the
+            // sender signs with the new one, and an answer made with another
+            // fails its validation (zoom's scheme remembers nothing: verifying
+            // again has no effect beyond the answer).
+            let secret = s
+                .secrets
+                .iter()
+                .find(|secret| {
+                    s.verifier
+                        .verify(incoming, std::slice::from_ref(secret))
+                        .is_ok()
+                })
+                .or(s.secrets.first())?;
             let mac = crate::sources::verify::mac(
                 crate::sources::verify::Algorithm::Sha256,
                 secret.expose().as_bytes(),

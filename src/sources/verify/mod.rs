@@ -188,9 +188,7 @@ impl Verifier {
             Self::None => Ok(()),
         }
     }
-}
 
-impl Verifier {
     /// Undoes what [`Verifier::verify`] remembered of `req` (a Mailgun token),
     /// when the verified request was not accepted after all: the sender's retry
     /// of it must not be refused as a replay.
