@@ -273,18 +273,19 @@ struct Reservation {
 
 impl Reservation {
     /// Asks for room for `event`'s claimable deliveries and sets its lease if
-    /// there is (clears it if not). An event with a delivery for a destination
-    /// that holds its work back is not claimed at all: that delivery waits
-    /// `pending` (a paused destination's work is not running), and the claim
-    /// loop takes the others.
+    /// there is (clears it if not). An event with a claimable delivery for a
+    /// destination that leaves its work in the table is not claimed at all: that
+    /// delivery waits `pending` (a paused destination's work is not running), and
+    /// the claim loop takes the others.
     fn take(feed: &Feed, event: &mut NewEvent) -> Self {
         let n = event.claimable();
         let dispatch = feed.dispatch();
-        let held_back = event
-            .deliveries
-            .iter()
-            .any(|d| dispatch.holds_back(&d.handler));
-        event.claim_lease = if held_back { None } else { dispatch.reserve(n) };
+        let left = n > 0
+            && event
+                .deliveries
+                .iter()
+                .any(|d| d.ordering_value.is_none() && dispatch.leaves_unclaimed(&d.handler));
+        event.claim_lease = if left { None } else { dispatch.reserve(n) };
         Self {
             feed: feed.clone(),
             n: if event.claim_lease.is_some() { n } else { 0 },

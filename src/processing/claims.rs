@@ -526,7 +526,7 @@ impl Dispatch for Claims {
             .map(|_| self.lease)
     }
 
-    fn holds_back(&self, handler: &str) -> bool {
+    fn leaves_unclaimed(&self, handler: &str) -> bool {
         self.lanes.leaves_unclaimed(handler)
     }
 

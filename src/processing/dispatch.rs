@@ -38,7 +38,7 @@ pub(crate) trait Dispatch: Send + Sync + 'static {
     /// by an operator, disabled, or holding all it keeps in memory): an event
     /// with a delivery for it is not stored claimed, so that delivery stays
     /// `pending` (SPEC §10) until the destination takes work again.
-    fn holds_back(&self, _handler: &str) -> bool {
+    fn leaves_unclaimed(&self, _handler: &str) -> bool {
         false
     }
 

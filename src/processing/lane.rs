@@ -370,13 +370,16 @@ impl<J> Lane<J> {
         }
     }
 
-    /// Blocked by something other than its limits (paused, failing, disabled).
-    /// Stopped until an operator (or time) says otherwise: paused by an operator,
-    /// or disabled. Its work is left in the table on PostgreSQL, `pending`.
-    pub(crate) fn stopped(&self) -> bool {
-        self.paused || matches!(self.circuit, Circuit::Disabled)
+    /// Its work is left in the table by the PostgreSQL claim, `pending`: it holds
+    /// all it keeps in memory ([`Lane::capped`]), or it is stopped until an
+    /// operator says otherwise (paused by one, or disabled). A failing lane's
+    /// work is still claimed (its oldest is the probe), and so is that of one
+    /// paused by a `Retry-After` (it resumes by the clock).
+    pub(crate) fn left_in_table(&self) -> bool {
+        self.capped() || self.paused || matches!(self.circuit, Circuit::Disabled)
     }
 
+    /// Blocked by something other than its limits (paused, failing, disabled).
     fn blocked_by_state(&self) -> Option<Reason> {
         match self.circuit {
             Circuit::Disabled | Circuit::Open { .. } => return Some(Reason::Circuit),

@@ -489,26 +489,23 @@ impl Lanes {
             .collect()
     }
 
-    /// What the PostgreSQL claim leaves in the table: [`Lanes::capped`]'s
-    /// destinations, and those stopped ([`Lane::stopped`]: paused by an operator,
-    /// or disabled), whose deliveries stay `pending` until they take work again
-    /// (SPEC §10) rather than claimed and parked in memory as `processing`. A
-    /// failing destination's work is still claimed (its oldest is the probe), and
-    /// so is one paused by a `Retry-After` (it resumes by the clock).
+    /// What the PostgreSQL claim leaves in the table ([`Lane::left_in_table`]):
+    /// a paused or disabled destination's deliveries stay `pending` (SPEC §10)
+    /// rather than claimed and parked in memory as `processing`.
     pub(crate) fn not_claimed(&self) -> Vec<String> {
         self.lock()
             .iter()
-            .filter(|(_, lane)| lane.capped() || lane.stopped())
+            .filter(|(_, lane)| lane.left_in_table())
             .map(|(name, _)| name.clone())
             .collect()
     }
 
-    /// Whether [`Lanes::not_claimed`] names `name`: intake stores no event with a
-    /// delivery for it claimed.
+    /// Whether [`Lanes::not_claimed`] names `name`: intake stores no delivery
+    /// for it claimed.
     pub(crate) fn leaves_unclaimed(&self, name: &str) -> bool {
         self.lock()
             .get(name)
-            .is_some_and(|lane| lane.capped() || lane.stopped())
+            .is_some_and(|lane| lane.left_in_table())
     }
 
     /// Of fresh work read in id order (`(delivery, handler)`), the deliveries
