@@ -21,8 +21,7 @@
 //!   plus an event no handler matched while it holds a place in the window.
 //!   Retries waiting for their time are not counted against `QUEUE_MAXSIZE`, so
 //!   one dead receiver cannot make intake refuse everyone; `MAX_BACKLOG` counts
-//!   them too (`retries`: from the outcome that schedules a delivery's first
-//!   retry to the one that ends it).
+//!   them too (`retries`: counted from the table every [`RECOUNT_RETRIES`]).
 //!
 //! Every delivery in memory is *held*, once: a job is added only when its
 //! delivery is not held already, and its id is let go when its place in the queue
@@ -80,8 +79,9 @@ pub(crate) struct Window {
     /// Signed: an outcome may be counted before its intake (a refill can read and
     /// run a delivery between its commit and its hand-off); the sum is what counts.
     backlog: AtomicI64,
-    /// Unfinished deliveries with a `retry_after` (retries, due or waiting): not
-    /// due work, but pending, so counted against `MAX_BACKLOG` (SPEC §1).
+    /// Unfinished deliveries with a `retry_after` (retries, due or waiting), as
+    /// last counted from the table: not due work, but pending, so counted
+    /// against `MAX_BACKLOG` (SPEC §1).
     retries: AtomicI64,
     /// Fresh deliveries per destination (the backlog's parts): what a destination
     /// holds back is not due work.
@@ -602,10 +602,10 @@ impl Window {
         }
     }
 
-    /// Counts the retries from the table again every [`RECOUNT_RETRIES`]: the
-    /// outcomes keep `retries` current between counts, and a count corrects what
-    /// they cannot see (an event erased while its delivery waited for its retry,
-    /// an outcome recorded for a delivery erased meanwhile).
+    /// Counts the retries from the table every [`RECOUNT_RETRIES`] (as
+    /// PostgreSQL's claimer does): `MAX_BACKLOG` guards the disk, and a count a
+    /// moment old serves it, sees erasures, and keeps the outcomes' path free of
+    /// bookkeeping.
     async fn recount_retries(self: Arc<Self>) {
         loop {
             tokio::time::sleep(RECOUNT_RETRIES).await;
@@ -833,12 +833,6 @@ impl Window {
     ) {
         if fresh {
             self.count_fresh(handler, -1);
-        }
-        // A retry counts from the outcome that scheduled it to the one that ends it.
-        let retrying = !finish.status.is_terminal() && finish.retry_after.is_some();
-        let change = i64::from(retrying) - i64::from(!fresh);
-        if change != 0 {
-            self.retries.fetch_add(change, Ordering::Relaxed);
         }
         if let (true, Some((handler, value)), Some(me)) =
             (finish.status.is_terminal(), ordering, self.me.upgrade())

@@ -346,7 +346,7 @@ fn waiting_retries_count_against_max_backlog(db: &Db) {
             (d["attempts"] == 1 && d["retry_after"].is_string()).then_some(())
         });
     }
-    // A count of the waiting retries (PostgreSQL counts them every 2 s), then
+    // A count of the waiting retries (both stores count them every 2 s), then
     // the next event is refused at once — before the circuit (10 failures) could
     // hold the destination back and make its new work count for another reason.
     std::thread::sleep(Duration::from_millis(2500));
