@@ -83,6 +83,8 @@ pub(crate) struct Window {
     /// last counted from the table: not due work, but pending, so counted
     /// against `MAX_BACKLOG` (SPEC §1).
     retries: AtomicI64,
+    /// When an event was last erased (Unix ms; 0: never since startup).
+    erased_at: AtomicI64,
     /// Fresh deliveries per destination (the backlog's parts): what a destination
     /// holds back is not due work.
     per_lane: Mutex<HashMap<String, i64>>,
@@ -178,6 +180,7 @@ impl Window {
                 wake: Notify::new(),
                 backlog: AtomicI64::new(0),
                 retries: AtomicI64::new(0),
+                erased_at: AtomicI64::new(0),
                 attempting: Mutex::new(HashMap::new()),
                 per_lane: Mutex::new(HashMap::new()),
                 capacity,
@@ -343,10 +346,23 @@ impl Window {
     /// Something the table held was taken away outside the window (an event was
     /// erased): the next delivery of an ordering key it headed is now the key's
     /// first, wherever the cursor is, so the refill reads the table again from its
-    /// start, once.
+    /// start, once. And a job that carries intake's copy of its task, made before
+    /// now, may be of the erased event: its task is read again before it runs
+    /// ([`Window::copy_may_be_stale`]).
     pub(crate) fn reread(&self) {
+        self.erased_at
+            .fetch_max(Timestamp::now().millis(), Ordering::Relaxed);
         let mut state = self.lock();
         self.rewind(&mut state, Uuid::nil());
+    }
+
+    /// Whether intake's copy of `delivery`'s task may be of an event erased since
+    /// (the delivery was made before the last erasure: its id is a UUID v7, whose
+    /// first 48 bits are its Unix time in milliseconds). Erasures are rare, so
+    /// reading the task again then costs little; otherwise nothing is read.
+    pub(crate) fn copy_may_be_stale(&self, delivery: Uuid) -> bool {
+        let made = i64::try_from(delivery.as_u128() >> 80).unwrap_or(i64::MAX);
+        made <= self.erased_at.load(Ordering::Relaxed)
     }
 
     /// A retry falls due at `at`: the refill looks for it then.

@@ -182,11 +182,17 @@ impl Workers {
         delivery: Uuid,
         known: Option<Arc<DeliveryTask>>,
     ) -> Result<Option<Arc<DeliveryTask>>, StoreError> {
+        // Intake's copy is read again when its event may have been erased since.
+        let known = known.filter(|_| {
+            self.feed
+                .window()
+                .is_none_or(|w| !w.copy_may_be_stale(delivery))
+        });
         let task = match known {
             Some(task) => task,
             None => match self.store.delivery_task(delivery).await? {
                 Some(task) => Arc::new(task),
-                None => return Ok(None), // deleted by retention
+                None => return Ok(None), // deleted by retention or erased
             },
         };
         if task.status.is_terminal() {

@@ -110,6 +110,36 @@ fn an_attempt_that_just_started_makes_erasure_409() {
     hb.wait_status(&id, "completed", WAIT);
 }
 
+/// A delivery handed to the window with intake's copy of its task, then erased
+/// while its destination is paused, never runs once it resumes (SPEC §14: the
+/// erased event reaches no one).
+on_both_backends! {
+fn an_erased_event_waiting_in_a_paused_lane_is_never_delivered(db: &Db) {
+    let dir = new_dir();
+    let rx = Receiver::start();
+    http_manifest(dir.path(), "held", r#"["held.*"]"#, &rx.url, "", "");
+    let hb = Hookbox::restart(dir, &db.env(&[("ALLOWED_TARGETS", "127.0.0.0/8")]));
+    let paused = hb.call("POST", "/destinations/held/pause", Some(&json!({})), &[]);
+    assert_eq!(paused.status, 200, "{}", paused.text);
+    let r = hb.post(
+        &json!({"event_type": "held.one", "payload": {"secret": 1}}),
+        &[],
+    );
+    let id = r.json()["id"].as_str().expect("id").to_owned();
+    std::thread::sleep(Duration::from_millis(200));
+    let erased = hb.call("DELETE", &format!("/webhooks/{id}"), None, &[]);
+    assert_eq!(erased.status, 204, "{}", erased.text);
+    hb.call("POST", "/destinations/held/resume", Some(&json!({})), &[]);
+    // Another event after it: once it arrives, the erased one had its turn.
+    let r = hb.post(&json!({"event_type": "held.two", "payload": {}}), &[]);
+    assert_eq!(r.status, 202, "{}", r.text);
+    let got = rx.wait_for(1, WAIT);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(rx.requests().len(), 1, "only the second event");
+    assert_eq!(got[0].json()["event_type"], "held.two");
+}
+}
+
 #[test]
 fn erasure_needs_the_admin_token() {
     let hb = Hookbox::start(&[("ADMIN_TOKEN", "the-right-admin-token-0123")]);
