@@ -110,10 +110,10 @@ fn an_attempt_that_just_started_makes_erasure_409() {
     hb.wait_status(&id, "completed", WAIT);
 }
 
+on_both_backends! {
 /// A delivery handed to the window with intake's copy of its task, then erased
 /// while its destination is paused, never runs once it resumes (SPEC §14: the
 /// erased event reaches no one).
-on_both_backends! {
 fn an_erased_event_waiting_in_a_paused_lane_is_never_delivered(db: &Db) {
     let dir = new_dir();
     let rx = Receiver::start();
