@@ -45,6 +45,7 @@ pub(crate) async fn erase(
         Erasure::Erased {
             idempotency_key,
             source,
+            fresh,
         } => {
             // The source's rejected copies of this delivery (`{name}:{delivery id}`).
             if let (Some(name), Some(store)) = (source, app.sources.rejected_store()) {
@@ -52,7 +53,7 @@ pub(crate) async fn erase(
                     store.forget_delivery(&name, delivery).await?;
                 }
             }
-            app.inbox.erased();
+            app.inbox.erased(&fresh);
             tracing::info!(event = %id, "event erased");
             Ok(StatusCode::NO_CONTENT.into_response())
         }

@@ -596,8 +596,14 @@ impl Inbox {
     /// the next delivery of an ordering key the event's delivery headed is not
     /// left waiting for something else to wake the refill (PostgreSQL's claims
     /// look for a key's head each time).
-    pub fn erased(&self) {
+    /// `fresh` are its deliveries that were fresh work (handler and ordering
+    /// value; [`Erasure::Erased`](crate::store::Erasure::Erased)): no longer in
+    /// the pending backlog.
+    pub fn erased(&self, fresh: &[(String, Option<String>)]) {
         if let Some(window) = self.0.feed.window() {
+            for (handler, key) in fresh {
+                window.count_fresh(handler, key.as_deref(), -1);
+            }
             window.reread();
         }
     }
@@ -606,7 +612,7 @@ impl Inbox {
     fn dispatch_replayed(&self, replayed: &[PendingDelivery]) {
         if let Some(window) = self.0.feed.window() {
             for d in replayed {
-                window.count_fresh(&d.handler, 1);
+                window.count_fresh(&d.handler, d.ordering_value.as_deref(), 1);
             }
         }
         if !replayed.is_empty() {

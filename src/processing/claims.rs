@@ -259,18 +259,23 @@ impl Claims {
     /// from the truth).
     ///
     /// Work that its own destination holds back (paused, failing, disabled, at its
-    /// limits) is not due: only what such a destination runs counts.
+    /// limits) is not due: only what such a destination runs counts. Nor is work
+    /// behind an older delivery of its ordering key, counted only once the rest
+    /// reaches `QUEUE_MAXSIZE` (below it, it changes nothing).
     pub(crate) async fn refresh_backlog(&self) -> Result<(), crate::store::StoreError> {
         let n = self.store.backlog().await?;
         let holding = self.lanes.holding_back();
-        let due = if holding.is_empty() {
+        let names: Vec<String> = holding.iter().map(|(name, _)| name.clone()).collect();
+        let mut due = if holding.is_empty() {
             n
         } else {
-            let names: Vec<String> = holding.iter().map(|(name, _)| name.clone()).collect();
             let held = self.store.backlog_of(&names).await?;
             let running: u64 = holding.iter().map(|(_, r)| u64::from(*r)).sum();
             n.saturating_sub(held).saturating_add(running.min(held))
         };
+        if usize::try_from(due).unwrap_or(usize::MAX) >= self.capacity {
+            due = due.saturating_sub(self.store.behind_keys(&names).await?);
+        }
         // `MAX_BACKLOG` bounds every pending delivery, waiting retries too.
         let waiting = self.waiting.load(Ordering::Relaxed);
         self.backlog.store(due, Ordering::Relaxed);
@@ -479,11 +484,14 @@ impl Dispatch for Claims {
         }
         // Counted at once here, so that this instance's own burst is shed
         // without waiting for the next count; what its destination holds back is
-        // not due work.
+        // not due work, nor what may wait behind an older delivery of its
+        // ordering key (the next count from the table tells).
         let due = jobs
             .iter()
             .filter(|j| match j {
-                Job::Deliver { task: Some(t), .. } => self.lanes.holds_back(&t.handler).is_none(),
+                Job::Deliver { task: Some(t), .. } => {
+                    t.ordering_value.is_none() && self.lanes.holds_back(&t.handler).is_none()
+                }
                 Job::Deliver { task: None, .. } => true,
                 _ => false,
             })

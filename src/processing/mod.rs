@@ -25,6 +25,7 @@
 pub(crate) mod claims;
 pub(crate) mod dispatch;
 pub(crate) mod feed;
+pub(crate) mod fresh;
 pub(crate) mod job;
 pub(crate) mod lane;
 pub(crate) mod lanes;

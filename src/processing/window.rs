@@ -19,6 +19,8 @@
 //! - **Backpressure** reads the pending backlog, not the window: fresh deliveries
 //!   (counted from the table at startup, then kept by intake, replay and outcomes),
 //!   plus an event no handler matched while it holds a place in the window.
+//!   What a destination holds back, or an older delivery of the same ordering
+//!   key, is not due ([`FreshCounts`]).
 //!   Retries waiting for their time are not counted against `QUEUE_MAXSIZE`, so
 //!   one dead receiver cannot make intake refuse everyone; `MAX_BACKLOG` counts
 //!   them too (`retries`: counted from the table every [`RECOUNT_RETRIES`]).
@@ -45,6 +47,7 @@ use uuid::Uuid;
 
 use crate::model::{DeliveryTask, Finish, Timestamp};
 use crate::processing::dispatch::Dispatch;
+use crate::processing::fresh::FreshCounts;
 use crate::processing::job::Job;
 use crate::processing::lanes::Lanes;
 use crate::processing::ordering::OrderingGate;
@@ -85,9 +88,10 @@ pub(crate) struct Window {
     retries: AtomicI64,
     /// When an event was last erased (Unix ms; 0: never since startup).
     erased_at: AtomicI64,
-    /// Fresh deliveries per destination (the backlog's parts): what a destination
-    /// holds back is not due work.
-    per_lane: Mutex<HashMap<String, i64>>,
+    /// Fresh deliveries per destination and ordering key (the backlog's parts):
+    /// what a destination or an older delivery of its key holds back is not due
+    /// work.
+    per_lane: Mutex<FreshCounts>,
     /// `QUEUE_MAXSIZE`.
     capacity: usize,
     /// `MAX_BACKLOG`.
@@ -182,7 +186,7 @@ impl Window {
                 retries: AtomicI64::new(0),
                 erased_at: AtomicI64::new(0),
                 attempting: Mutex::new(HashMap::new()),
-                per_lane: Mutex::new(HashMap::new()),
+                per_lane: Mutex::new(FreshCounts::default()),
                 capacity,
                 max_backlog,
                 gate: OrderingGate::default(),
@@ -206,22 +210,23 @@ impl Window {
         state.next_retry = Some(Timestamp::now());
     }
 
-    /// Counts `n` fresh deliveries of `handler` (negative: finished).
-    pub(crate) fn count_fresh(&self, handler: &str, n: i64) {
-        self.count_fresh_all([handler], n);
+    /// Counts `n` fresh deliveries of `handler` with ordering value `key`
+    /// (negative: finished or erased).
+    pub(crate) fn count_fresh(&self, handler: &str, key: Option<&str>, n: i64) {
+        self.count_fresh_all([(handler, key)], n);
     }
 
-    /// Counts `n` fresh deliveries for each of `handlers`, under one lock.
-    fn count_fresh_all<'h>(&self, handlers: impl IntoIterator<Item = &'h str>, n: i64) {
+    /// Counts `n` fresh deliveries for each of `deliveries` (handler and
+    /// ordering value), under one lock.
+    fn count_fresh_all<'h>(
+        &self,
+        deliveries: impl IntoIterator<Item = (&'h str, Option<&'h str>)>,
+        n: i64,
+    ) {
         let mut lanes = self.per_lane.lock().unwrap_or_else(|e| e.into_inner());
         let mut total = 0;
-        for handler in handlers {
-            match lanes.get_mut(handler) {
-                Some(count) => *count += n,
-                None => {
-                    lanes.insert(handler.to_owned(), n);
-                }
-            }
+        for (handler, key) in deliveries {
+            lanes.add(handler, key, n);
             total += n;
         }
         drop(lanes);
@@ -229,19 +234,11 @@ impl Window {
     }
 
     /// Fresh deliveries that their own destination holds back (paused, failing,
-    /// disabled, at its limits): not due work, so not counted against
-    /// `QUEUE_MAXSIZE` (what runs still counts).
+    /// disabled, at its limits), or an older delivery of their ordering key: not
+    /// due work, so not counted against `QUEUE_MAXSIZE` (what runs still counts).
     fn held_back(&self) -> i64 {
         let lanes = self.per_lane.lock().unwrap_or_else(|e| e.into_inner());
-        lanes
-            .iter()
-            .filter(|(_, n)| **n > 0)
-            .filter_map(|(name, n)| {
-                self.lanes
-                    .holds_back(name)
-                    .map(|running| (*n - i64::from(running)).max(0))
-            })
-            .sum()
+        lanes.held(|name| self.lanes.holds_back(name))
     }
 
     /// The queue the workers take jobs from.
@@ -253,7 +250,7 @@ impl Window {
     /// starts the refill and the settling of events whose status update was lost.
     pub(crate) async fn start(self: &Arc<Self>) -> Result<JoinSet<()>, StoreError> {
         let counts = self.due.count_fresh().await?;
-        let fresh: u64 = counts.iter().map(|(_, n)| n).sum();
+        let fresh: u64 = counts.iter().map(|(_, _, n)| n).sum();
         let retries = self.due.count_retries().await?;
         self.retries.store(
             i64::try_from(retries).unwrap_or(i64::MAX),
@@ -262,10 +259,7 @@ impl Window {
         // Replaces what intake counted before (the count includes it).
         {
             let mut lanes = self.per_lane.lock().unwrap_or_else(|e| e.into_inner());
-            *lanes = counts
-                .into_iter()
-                .map(|(h, n)| (h, i64::try_from(n).unwrap_or(i64::MAX)))
-                .collect();
+            lanes.replace(counts);
             self.backlog
                 .store(i64::try_from(fresh).unwrap_or(i64::MAX), Ordering::Relaxed);
         }
@@ -720,7 +714,9 @@ impl Dispatch for Window {
         // (its jobs carry no task) through `count_fresh`.
         self.count_fresh_all(
             jobs.iter().filter_map(|job| match job {
-                Job::Deliver { task: Some(t), .. } => Some(t.handler.as_str()),
+                Job::Deliver { task: Some(t), .. } => {
+                    Some((t.handler.as_str(), t.ordering_value.as_deref()))
+                }
                 _ => None,
             }),
             1,
@@ -848,7 +844,7 @@ impl Window {
         ordering: Option<&(String, String)>,
     ) {
         if fresh {
-            self.count_fresh(handler, -1);
+            self.count_fresh(handler, ordering.map(|(_, value)| value.as_str()), -1);
         }
         if let (true, Some((handler, value)), Some(me)) =
             (finish.status.is_terminal(), ordering, self.me.upgrade())

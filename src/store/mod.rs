@@ -245,6 +245,10 @@ pub enum Erasure {
         idempotency_key: String,
         /// The source it came from.
         source: Option<String>,
+        /// Its deliveries that were fresh work (never tried: handler and ordering
+        /// value), which the pending backlog counted (SQLite; empty on
+        /// PostgreSQL, whose backlog is counted from the table).
+        fresh: Vec<(String, Option<String>)>,
     },
     /// A delivery of it is being attempted: nothing was erased.
     InProgress,
@@ -252,12 +256,18 @@ pub enum Erasure {
     NotFound,
 }
 
-/// Decodes [`sql::ERASE_EVENT`]'s answer, or tells in-progress from unknown.
-pub(crate) fn erasure(erased: Option<(String, Option<String>)>, exists: bool) -> Erasure {
+/// Decodes [`sql::ERASE_EVENT`]'s answer, or tells in-progress from unknown;
+/// `fresh` as [`Erasure::Erased`] has it.
+pub(crate) fn erasure(
+    erased: Option<(String, Option<String>)>,
+    exists: bool,
+    fresh: Vec<(String, Option<String>)>,
+) -> Erasure {
     match (erased, exists) {
         (Some((idempotency_key, source)), _) => Erasure::Erased {
             idempotency_key,
             source,
+            fresh,
         },
         (None, true) => Erasure::InProgress,
         (None, false) => Erasure::NotFound,
@@ -661,8 +671,9 @@ pub enum WorkStore {
 /// unfinished one of its handler and ordering value holds back.
 #[async_trait]
 pub trait DueStore: Send + Sync + 'static {
-    /// Fresh deliveries per handler: the pending backlog at startup.
-    async fn count_fresh(&self) -> Result<Vec<(String, u64)>, StoreError>;
+    /// Fresh deliveries per handler and ordering value (`None`: those without
+    /// one): the pending backlog at startup.
+    async fn count_fresh(&self) -> Result<Vec<(String, Option<String>, u64)>, StoreError>;
 
     /// Unfinished deliveries with a `retry_after` (retries, due or waiting): with
     /// the fresh ones, every pending delivery (`MAX_BACKLOG`), at startup.
@@ -771,6 +782,11 @@ pub trait ClaimStore: Send + Sync + 'static {
     /// [`ClaimStore::backlog`] of these handlers only (destinations that hold
     /// their work back: it is not due).
     async fn backlog_of(&self, handlers: &[String]) -> Result<u64, StoreError>;
+
+    /// Deliveries never tried that wait behind an older unfinished delivery of
+    /// their handler and ordering value (strict ordering: not due work), except
+    /// those of `except` (destinations whose whole backlog is held back already).
+    async fn behind_keys(&self, except: &[String]) -> Result<u64, StoreError>;
 
     /// Tells every instance's claimers that new work is due (`NOTIFY`).
     async fn announce(&self) -> Result<(), StoreError>;

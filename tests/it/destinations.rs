@@ -307,6 +307,61 @@ fn held_back_work_does_not_fill_the_queue(db: &Db) {
 }
 
 on_both_backends! {
+/// Deliveries behind an older one of their ordering key are not due work (SPEC
+/// §1): forty events of one key for a destination that never answers leave one
+/// attempt running and thirty-nine waiting, and intake goes on past
+/// `QUEUE_MAXSIZE`; events of new keys are due (each key's first can run) and
+/// reach the bound.
+fn work_behind_its_ordering_key_does_not_fill_the_queue(db: &Db) {
+    let dir = new_dir();
+    let silent = Silent::start();
+    http_manifest(
+        dir.path(),
+        "ledger",
+        "[\"ledger\"]",
+        &silent.url,
+        "ordering_key = \"/acct\"\ntimeout = \"60s\"\nmax_in_flight = 100",
+        "",
+    );
+    let env = [
+        ("ALLOWED_TARGETS", "127.0.0.0/8"),
+        ("QUEUE_MAXSIZE", "10"),
+        ("MAX_BACKLOG", "1000"),
+    ];
+    let hb = Hookbox::restart(dir, &db.env(&env));
+    let keyed = |acct: &str, n: usize| {
+        json!({"event_type": "ledger", "payload": {"acct": acct, "n": n}})
+    };
+    for n in 0..40 {
+        let r = hb.post(&keyed("one", n), &[]);
+        assert_eq!(r.status, 202, "event {n} of one key: {}", r.text);
+        if n == 0 {
+            eventually(WAIT, "the key's first attempt running", || {
+                let d = hb.call("GET", "/destinations/ledger", None, &[]).json();
+                (d["in_flight"] == 1).then_some(())
+            });
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300)); // a backlog count
+    for n in 0..5 {
+        let r = hb.post(&keyed("one", 100 + n), &[]);
+        assert_eq!(r.status, 202, "after a count, event {n}: {}", r.text);
+    }
+    // After a crash the backlog is counted from the table, keys and all.
+    let hb = Hookbox::restart(hb.kill9(), &db.env(&env));
+    for n in 0..5 {
+        let r = hb.post(&keyed("one", 200 + n), &[]);
+        assert_eq!(r.status, 202, "after a restart, event {n}: {}", r.text);
+    }
+    let refused = eventually(WAIT, "a 429 once new keys' work is due", || {
+        let r = hb.post(&keyed(&format!("key-{}", uuid::Uuid::new_v4()), 0), &[]);
+        (r.status != 202).then_some(r)
+    });
+    refused.assert_problem(429, "overloaded");
+}
+}
+
+on_both_backends! {
 /// Retries waiting for their time are not due work (`QUEUE_MAXSIZE` leaves them
 /// out) but they are pending deliveries: `MAX_BACKLOG` counts them (SPEC §1).
 fn waiting_retries_count_against_max_backlog(db: &Db) {

@@ -147,6 +147,16 @@ fn backlog_of_sql() -> String {
     )
 }
 
+/// Work never tried behind an older delivery of its key ([`BLOCKED`]), except
+/// that of the handlers of `$1` (a text array). Read only when the due backlog
+/// reaches `QUEUE_MAXSIZE`: it visits each waiting delivery.
+fn behind_keys_sql() -> String {
+    format!(
+        "SELECT count(*) FROM deliveries d WHERE {READY} AND d.handler <> ALL ($1::text[]) \
+         AND {BLOCKED}"
+    )
+}
+
 /// Milliseconds until the next retry is due or the next foreign lease expires.
 const NEXT_DUE: &str = "\
 SELECT (EXTRACT(EPOCH FROM (LEAST(
@@ -277,6 +287,14 @@ impl ClaimStore for PgStore {
     async fn backlog_of(&self, handlers: &[String]) -> Result<u64, StoreError> {
         let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(backlog_of_sql()))
             .bind(handlers)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    async fn behind_keys(&self, except: &[String]) -> Result<u64, StoreError> {
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(behind_keys_sql()))
+            .bind(except)
             .fetch_one(&self.pool)
             .await?;
         Ok(u64::try_from(n).unwrap_or(0))

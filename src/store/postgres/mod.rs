@@ -715,7 +715,7 @@ impl Store for PgStore {
                 .fetch_optional(&self.pool)
                 .await?
                 .is_some();
-        Ok(crate::store::erasure(erased, exists))
+        Ok(crate::store::erasure(erased, exists, Vec::new()))
     }
 }
 

@@ -88,9 +88,21 @@ pub(super) const NEXT_RETRY: &str = "SELECT MIN(retry_after) AS next FROM delive
      AND retry_after IS NOT NULL AND retry_after > ?";
 
 /// Fresh deliveries per handler: the backlog at startup.
-pub(super) const COUNT_FRESH: &str = "SELECT handler, COUNT(*) AS n FROM deliveries \
-     INDEXED BY deliveries_fresh WHERE status IN ('pending', 'processing') \
+pub(super) const COUNT_FRESH: &str = "SELECT handler, NULL AS ordering_value, COUNT(*) AS n \
+     FROM deliveries INDEXED BY deliveries_fresh WHERE status IN ('pending', 'processing') \
      AND retry_after IS NULL GROUP BY handler";
+
+/// Fresh deliveries of handlers that order, per handler and ordering value (the
+/// ordered part of [`COUNT_FRESH`]'s counts: what waits behind a key is not due).
+pub(super) const COUNT_FRESH_KEYED: &str = "SELECT handler, ordering_value, COUNT(*) AS n \
+     FROM deliveries INDEXED BY deliveries_key_unfinished WHERE ordering_value IS NOT NULL \
+     AND status IN ('pending', 'processing') AND retry_after IS NULL \
+     GROUP BY handler, ordering_value";
+
+/// An event's fresh deliveries (bind: its id), read as it is erased: the
+/// backlog counted them. (None is `processing`: an erasure refuses then.)
+pub(super) const ERASED_FRESH: &str = "SELECT handler, ordering_value FROM deliveries \
+     WHERE event_id = ? AND status = 'pending' AND retry_after IS NULL";
 
 /// Unfinished deliveries with a `retry_after`: retries, due or waiting.
 pub(super) const COUNT_RETRIES: &str = "SELECT COUNT(*) AS n FROM deliveries \
@@ -142,18 +154,33 @@ impl SqliteStore {
 
 #[async_trait]
 impl DueStore for SqliteStore {
-    async fn count_fresh(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        sqlx::query(COUNT_FRESH)
-            .fetch_all(&self.read)
-            .await?
-            .iter()
-            .map(|row| {
-                Ok((
+    async fn count_fresh(&self) -> Result<Vec<(String, Option<String>, u64)>, StoreError> {
+        // Each handler's count without its keyed part, then the keyed part per key.
+        let mut counts: Vec<(String, Option<String>, u64)> = Vec::new();
+        for sql in [COUNT_FRESH, COUNT_FRESH_KEYED] {
+            for row in sqlx::query(sql).fetch_all(&self.read).await? {
+                counts.push((
                     row.text("handler")?.to_owned(),
+                    row.opt_text("ordering_value")?.map(str::to_owned),
                     u64::try_from(row.int("n")?).unwrap_or(0),
-                ))
-            })
-            .collect()
+                ));
+            }
+        }
+        let keyed: std::collections::HashMap<String, u64> =
+            counts
+                .iter()
+                .fold(Default::default(), |mut keyed, (h, key, n)| {
+                    if key.is_some() {
+                        *keyed.entry(h.clone()).or_default() += n;
+                    }
+                    keyed
+                });
+        for (handler, key, n) in &mut counts {
+            if key.is_none() {
+                *n = n.saturating_sub(keyed.get(handler).copied().unwrap_or(0));
+            }
+        }
+        Ok(counts)
     }
 
     async fn count_retries(&self) -> Result<u64, StoreError> {

@@ -614,6 +614,20 @@ impl Store for SqliteStore {
         self.send(|reply| {
             writer::solo(reply, move |conn| {
                 Box::pin(async move {
+                    // Read before the cascade deletes them (one writer: nothing
+                    // changes them in between).
+                    let fresh = sqlx::query(due::ERASED_FRESH)
+                        .bind(id.to_string())
+                        .fetch_all(&mut *conn)
+                        .await?
+                        .iter()
+                        .map(|r| -> Result<_, StoreError> {
+                            Ok((
+                                r.text("handler")?.to_owned(),
+                                r.opt_text("ordering_value")?.map(str::to_owned),
+                            ))
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
                     let erased = sqlx::query(crate::store::sql::ERASE_EVENT)
                         .bind(id.to_string())
                         .fetch_optional(&mut *conn)
@@ -635,7 +649,7 @@ impl Store for SqliteStore {
                     if erased.is_some() {
                         recent::forget(&recent, &[id]);
                     }
-                    Ok(crate::store::erasure(erased, exists))
+                    Ok(crate::store::erasure(erased, exists, fresh))
                 })
             })
         })
