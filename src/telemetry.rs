@@ -75,8 +75,12 @@ pub fn init_tracing(level: &str, format: LogFormat) {
         .with_env_filter(filter)
         .with_ansi(ansi);
     let _ = match format {
+        // An event's fields at the top level, beside `timestamp`, `level`,
+        // `target` and `message`: a line about an event has its `trace_id` as a
+        // key of its own (SPEC §13), not under `fields`.
         LogFormat::Json => builder
             .json()
+            .flatten_event(true)
             .with_current_span(true)
             .with_span_list(false)
             .try_init(),
