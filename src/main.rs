@@ -247,9 +247,10 @@ async fn serve(config: Config) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A handlers folder named on the command line that does not exist: an error
-/// (exit 1, as for any error of a check), not "0 handlers". (A missing sources
-/// folder means no sources, as `SOURCES_DIR` does.)
+/// A handlers or sources folder named on the command line that does not exist:
+/// an error (exit 1, as for any error of a check), not "0 handlers" — most
+/// likely a typo. (Without a folder named, a missing `HANDLERS_DIR` or
+/// `SOURCES_DIR` is checked as the service reads it: none.)
 fn missing_folder(dir: Option<&PathBuf>) -> Option<ExitCode> {
     let dir = dir.filter(|d| !d.is_dir())?;
     eprintln!("error: {}: no such folder", dir.display());
@@ -285,6 +286,9 @@ fn check_handlers(config: &Config, dir: Option<PathBuf>) -> ExitCode {
 
 fn check_sources(config: &Config, dir: Option<PathBuf>) -> ExitCode {
     use hookbox::sources::manifest;
+    if let Some(code) = missing_folder(dir.as_ref()) {
+        return code;
+    }
     let dir = dir.unwrap_or_else(|| config.sources_dir.clone());
     match manifest::load_dir(&dir, &|name| std::env::var(name).ok()) {
         Ok(sources) => {

@@ -61,6 +61,22 @@ fn examples() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("sources/examples")
 }
 
+/// `sources check DIR` does what `handlers check DIR` does (SPEC §1): a folder
+/// that does not exist is an error that names it, not "0 sources".
+#[test]
+fn check_of_a_folder_that_does_not_exist_fails_and_says_so() {
+    let out = crate::harness::hookbox_in(crate::harness::new_dir().path())
+        .args(["sources", "check", "typo-dir"])
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("typo-dir") && stderr.contains("no such folder"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn check_lists_every_shipped_example_without_its_secrets() {
     let (code, out) = check(&examples(), EXAMPLE_SECRETS);
