@@ -277,7 +277,8 @@ async fn reshape(
     let payload = answer
         .get("payload")
         .ok_or_else(|| failed("its answer has no payload".into()))?;
-    if *payload != before {
+    // Unchanged as JavaScript sees it (`1.0` came back as `1`): the text as sent.
+    if !shaped::same_in_js(&before, payload) {
         let text = serde_json::to_string(payload).map_err(|e| failed(e.to_string()))?;
         let canonical = json::canonical(&text).map_err(|e| failed(e.to_string()))?;
         submission.payload = Payload::new(canonical);

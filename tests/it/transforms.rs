@@ -271,6 +271,84 @@ fn a_source_transform_renames_types_before_routing_and_its_throw_is_422() {
     assert_eq!(log["items"][0]["code"], "transform_failed", "{log}");
 }
 
+/// A transform that leaves the payload alone keeps it as it was sent, although
+/// JavaScript's numbers are doubles (`12.50` comes back as `12.5`, `1.0` as `1`,
+/// an integer past 2^53 rounded): a source's transform that only renames the
+/// type stores the payload a source without one stores, and a destination's that
+/// only adds a header posts the body it would post without one (SPEC §12).
+#[test]
+fn a_transform_that_leaves_the_payload_alone_keeps_its_numbers() {
+    let rx = Receiver::start();
+    let dir = new_dir();
+    write(
+        dir.path(),
+        "sources/transforms/rename.js",
+        "function handler(w) { w.event_type = 'num.renamed'; return w; }",
+    );
+    write(
+        dir.path(),
+        "sources/renamed.toml",
+        "kind = \"none\"\ntransform = \"transforms/rename.js\"\n",
+    );
+    write(dir.path(), "sources/plain.toml", "kind = \"none\"\n");
+    write(
+        dir.path(),
+        "handlers/transforms/tenant.js",
+        "function handler(w) { w.headers['x-tenant'] = 'acme'; return w; }",
+    );
+    http_manifest(
+        dir.path(),
+        "bare",
+        r#"["*"]"#,
+        &format!("{}/bare", rx.url),
+        "",
+        "",
+    );
+    http_manifest(
+        dir.path(),
+        "tenant",
+        r#"["*"]"#,
+        &format!("{}/tenant", rx.url),
+        "transform = \"transforms/tenant.js\"",
+        "",
+    );
+    let sources = dir
+        .path()
+        .join("sources")
+        .to_str()
+        .expect("utf-8")
+        .to_owned();
+    let hb = Hookbox::restart(dir, &[LOOPBACK, ("SOURCES_DIR", &sources)]);
+    let body =
+        r#"{"type": "num.plain", "price": 12.50, "one": 1.0, "e": 1e2, "big": 9007199254740993}"#;
+    for (source, key) in [("plain", "k-1"), ("renamed", "k-2")] {
+        let r = hb.post_raw(
+            &format!("/ingest/{source}"),
+            body,
+            "application/json",
+            &[("idempotency-key", key)],
+        );
+        assert_eq!(r.status, 202, "{source}: {}", r.text);
+    }
+    let got = rx.wait_for(4, WAIT);
+    let payload = |b: &[u8]| {
+        let text = String::from_utf8_lossy(b).into_owned();
+        let start = text.find("\"payload\":").expect("payload") + 10;
+        let end = text.rfind(",\"created_at\"").expect("created_at");
+        text[start..end].to_owned()
+    };
+    let sent: Vec<String> = got.iter().map(|r| payload(&r.body)).collect();
+    assert!(
+        sent[0].contains("12.50") && sent[0].contains("9007199254740993"),
+        "{sent:?}"
+    );
+    for other in &sent[1..] {
+        assert_eq!(other, &sent[0], "every copy as sent: {sent:?}");
+    }
+    let tenant = got.iter().find(|r| r.path == "/tenant").expect("tenant's");
+    assert_eq!(tenant.header("x-tenant"), Some("acme"));
+}
+
 #[test]
 fn the_test_route_answers_what_would_be_sent_and_sends_nothing() {
     let rx = Receiver::start();

@@ -84,7 +84,8 @@ pub fn shape(answer: &Value, body: &str, url: &Url) -> Result<Shaped, String> {
         return Ok(Shaped::Cancelled);
     }
     let payload = answer.get("payload").ok_or("the answer has no payload")?;
-    let unchanged = serde_json::from_str::<Value>(body).is_ok_and(|before| before == *payload);
+    let unchanged =
+        serde_json::from_str::<Value>(body).is_ok_and(|before| same_in_js(&before, payload));
     let body = if unchanged {
         body.to_owned()
     } else {
@@ -114,6 +115,26 @@ pub fn shape(answer: &Value, body: &str, url: &Url) -> Result<Shaped, String> {
         headers: headers(answer.get("headers"))?,
         body,
     }))
+}
+
+/// Whether `after` (a value back from JavaScript) is `before` as JavaScript
+/// sees it: numbers are doubles there, so `1.0` comes back as `1`, `1e2` as `100`
+/// and an integer past 2^53 rounded; objects' keys may come back in another
+/// order. Such a payload is unchanged, and the original text is posted (or, by
+/// a source's transform, stored).
+pub(crate) fn same_in_js(before: &Value, after: &Value) -> bool {
+    match (before, after) {
+        (Value::Number(a), Value::Number(b)) => a == b || a.as_f64() == b.as_f64(),
+        (Value::Array(a), Value::Array(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(a, b)| same_in_js(a, b))
+        }
+        (Value::Object(a), Value::Object(b)) => {
+            a.len() == b.len()
+                && a.iter()
+                    .all(|(k, a)| b.get(k).is_some_and(|b| same_in_js(a, b)))
+        }
+        (a, b) => a == b,
+    }
 }
 
 fn headers(value: Option<&Value>) -> Result<Vec<(HeaderName, HeaderValue)>, String> {
@@ -206,6 +227,39 @@ mod tests {
                 body: BODY.into()
             }))
         );
+    }
+
+    /// Through the real JavaScript engine: numbers are doubles there, so `1.0`,
+    /// `12.50`, `1e2` and an integer past 2^53 come back as other numbers or
+    /// other text; a transform that changes only the headers still posts the
+    /// original body byte for byte (SPEC §12), in the envelope's own key order.
+    #[test]
+    fn a_webhook_back_from_javascript_unchanged_sends_the_original_bytes() {
+        let js = Transform::compile(
+            "t",
+            "function handler(w) { w.headers['x-tenant'] = 'acme'; return w; }",
+        )
+        .expect("compiles");
+        let body = r#"{"id":"1","event_type":"t","payload":{"f":1.0,"price":12.50,"e":1e2,"big":9007199254740993,"huge":12345678901234567890123,"z":[0.10,{"b":2,"a":1}]},"created_at":"c"}"#;
+        let answer = js.run(&input("t", body, &url())).expect("runs");
+        let Ok(Shaped::Send(r)) = shape(&answer, body, &url()) else {
+            panic!("{answer}")
+        };
+        assert_eq!(r.body, body);
+        assert_eq!(r.headers.len(), 1);
+        // A real change is posted as JavaScript returned it.
+        let js = Transform::compile(
+            "t",
+            "function handler(w) { w.payload.payload.f = 2; return w; }",
+        )
+        .expect("compiles");
+        let answer = js.run(&input("t", body, &url())).expect("runs");
+        let Ok(Shaped::Send(r)) = shape(&answer, body, &url()) else {
+            panic!("{answer}")
+        };
+        assert_ne!(r.body, body);
+        let sent: Value = serde_json::from_str(&r.body).expect("json");
+        assert_eq!(sent["payload"]["f"], 2);
     }
 
     #[test]
