@@ -98,7 +98,8 @@ pub struct Submission {
     /// Its type.
     pub event_type: EventType,
     /// The caller's key; `None` makes one (the event's id, or for
-    /// [`Origin::Operator`] `hookbox:{type}:{destination}:{id}`).
+    /// [`Origin::Operator`] `hookbox:{type}:{destination}:{n}`, `n` the id as
+    /// an integer).
     pub key: Option<IdempotencyKey>,
     /// Its payload.
     pub payload: Payload,
@@ -309,7 +310,9 @@ fn new_event(s: Submission) -> NewEvent {
         ),
         (key, Origin::Operator { about }) => (
             key.map_or_else(
-                || format!("{OPERATOR_SOURCE}:{event_type}:{about}:{id}"),
+                // `{n}` (SPEC §10) a number unique to the event: its UUID v7
+                // as an integer, so increasing with time.
+                || format!("{OPERATOR_SOURCE}:{event_type}:{about}:{}", id.as_u128()),
                 |k| k.0,
             ),
             Some(OPERATOR_SOURCE.to_owned()),
@@ -471,6 +474,13 @@ mod tests {
             "{}",
             e.idempotency_key
         );
+        let n = e.idempotency_key.rsplit(':').next().unwrap_or_default();
+        assert!(
+            !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()),
+            "{{n}} is a number: {}",
+            e.idempotency_key
+        );
+        assert_eq!(n, e.id.as_u128().to_string());
         assert_eq!(e.source.as_deref(), Some(OPERATOR_SOURCE));
         // The payload's hash, computed independently: sha256("{}").
         assert_eq!(

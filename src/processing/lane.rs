@@ -237,11 +237,14 @@ impl<J> Lane<J> {
         self.held() >= self.cap()
     }
 
-    /// The state shown now.
+    /// The state shown now. An operator's pause shows over everything (SPEC §10:
+    /// pause → `paused`, a disabled destination too, until a resume makes it
+    /// healthy); a `Retry-After` pause over all but `disabled`.
     pub(crate) fn state(&self, now: Instant) -> State {
         match self.circuit {
+            _ if self.paused => State::Paused,
             Circuit::Disabled => State::Disabled,
-            _ if self.paused || self.paused_until.is_some_and(|(t, _)| t > now) => State::Paused,
+            _ if self.paused_until.is_some_and(|(t, _)| t > now) => State::Paused,
             Circuit::Open { .. } => State::Failing,
             Circuit::Closed => State::Healthy,
         }
@@ -472,8 +475,13 @@ impl<J> Lane<J> {
         }
     }
 
-    /// An operator's pause.
+    /// An operator's pause: a transition unless an operator's pause holds it
+    /// already (pausing twice is one pause, one event). Over a `Retry-After`
+    /// pause it is one: the operator's holds until a resume.
     pub(crate) fn pause(&mut self, now: Instant) -> Option<Transition> {
+        if self.paused {
+            return None;
+        }
         let before = self.state(now);
         self.paused = true;
         self.changed(before, now).or(Some(Transition {
@@ -483,20 +491,22 @@ impl<J> Lane<J> {
     }
 
     /// An operator's resume: healthy again, every pause and the circuit lifted.
-    pub(crate) fn resume(&mut self, now: Instant) -> Transition {
+    /// A transition unless it was healthy already (resuming a healthy
+    /// destination changes nothing to report).
+    pub(crate) fn resume(&mut self, now: Instant) -> Option<Transition> {
         let before = self.state(now);
         self.paused = false;
         self.paused_until = None;
         self.circuit = Circuit::Closed;
         self.consecutive_failures = 0;
         self.next_start = None;
-        if before != State::Healthy {
+        (before != State::Healthy).then(|| {
             self.state_since = Timestamp::now();
-        }
-        Transition {
-            previous: before,
-            state: State::Healthy,
-        }
+            Transition {
+                previous: before,
+                state: State::Healthy,
+            }
+        })
     }
 
     /// What is kept of this lane across a restart.

@@ -435,7 +435,7 @@ impl Lanes {
 
     /// An operator resumes a destination: healthy, its due work runs at once.
     pub(crate) fn resume(&self, name: &str, flow: FlowControl) {
-        self.by_operator(name, flow, |lane, now| Some(lane.resume(now)))
+        self.by_operator(name, flow, |lane, now| lane.resume(now))
     }
 
     fn by_operator(

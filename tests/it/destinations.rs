@@ -416,6 +416,53 @@ fn waiting_retries_count_against_max_backlog(db: &Db) {
 }
 }
 
+on_both_backends! {
+/// Operator events are transitions (SPEC §10): pausing a disabled destination
+/// shows `paused` and says so once; a second pause and a resume of a healthy
+/// destination store none. Keys are `hookbox:{type}:{destination}:{n}`, `n` a
+/// number.
+fn operator_events_come_only_from_changes(db: &Db) {
+    let dir = new_dir();
+    let (gone, watch) = (Receiver::start(), Receiver::start());
+    gone.then(Answer::status(410));
+    http_manifest(dir.path(), "gone", "[\"g\"]", &gone.url, "", "");
+    http_manifest(dir.path(), "watch", "[\"hookbox.*\"]", &watch.url, "", "");
+    let hb = Hookbox::restart(dir, &db.env(&[("ALLOWED_TARGETS", "127.0.0.0/8")]));
+    hb.post(&event("g", 1), &[]);
+    watch.wait_for(1, WAIT); // disabled
+    let pause = || hb.call("POST", "/destinations/gone/pause", Some(&json!({})), &[]);
+    let first = pause();
+    assert_eq!(first.json()["state"], "paused", "{}", first.text);
+    assert_eq!(first.json()["paused_until"], Value::Null, "{}", first.text);
+    assert_eq!(pause().json()["state"], "paused");
+    let resume = || hb.call("POST", "/destinations/gone/resume", Some(&json!({})), &[]);
+    assert_eq!(resume().json()["state"], "healthy");
+    assert_eq!(resume().json()["state"], "healthy");
+    watch.wait_for(3, WAIT); // paused, resumed
+    std::thread::sleep(Duration::from_millis(800));
+    let seen = operator_events(&watch);
+    let kinds: Vec<&str> = seen.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "hookbox.destination.disabled",
+            "hookbox.destination.paused",
+            "hookbox.destination.resumed"
+        ],
+        "{seen:?}"
+    );
+    assert_eq!(seen[1].1["previous_state"], "disabled");
+    assert_eq!(seen[1].1["state"], "paused");
+    assert_eq!(seen[2].1["previous_state"], "paused");
+    let listed = hb.get("/webhooks?event_type=hookbox.destination.paused").expect("list").json();
+    let key = listed["items"][0]["idempotency_key"].as_str().expect("key").to_owned();
+    let n = key
+        .strip_prefix("hookbox:hookbox.destination.paused:gone:")
+        .unwrap_or_else(|| panic!("{key}"));
+    assert!(!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()), "{key}");
+}
+}
+
 /// The payloads of the operator events a receiver got, by type.
 fn operator_events(r: &Receiver) -> Vec<(String, Value)> {
     r.requests()
