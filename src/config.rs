@@ -428,6 +428,29 @@ pub fn parse_limited_duration(text: &str) -> Result<Duration, DurationError> {
     }
 }
 
+/// A TOML parse error on one line, without the parser's quote of the offending
+/// line (`2 | admin_token = …` and its caret): the line may hold a secret, and a
+/// startup error is one line. "TOML parse error at line 2, column 17: invalid
+/// string; expected `"`, `'`".
+fn without_snippet(reason: &str) -> String {
+    let quoted = |line: &str| {
+        let t = line.trim_start();
+        t.starts_with('|')
+            || t.split_once(" |")
+                .is_some_and(|(n, _)| n.parse::<u32>().is_ok())
+    };
+    let mut parts = reason
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !quoted(l));
+    let mut text = parts.next().unwrap_or_default().to_owned();
+    for (i, part) in parts.enumerate() {
+        text.push_str(if i == 0 { ": " } else { "; " });
+        text.push_str(part);
+    }
+    text
+}
+
 fn read_file(path: &Path) -> Result<BTreeMap<String, String>, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
         path: path.to_owned(),
@@ -436,7 +459,7 @@ fn read_file(path: &Path) -> Result<BTreeMap<String, String>, ConfigError> {
     let figment = Figment::from(Toml::string(&text));
     let dict = figment.data().map_err(|e| ConfigError::File {
         path: path.to_owned(),
-        reason: e.to_string(),
+        reason: without_snippet(&e.to_string()),
     })?;
     for key in dict.values().flat_map(|d| d.keys()) {
         if !SETTINGS.iter().any(|(n, _)| n.eq_ignore_ascii_case(key)) {

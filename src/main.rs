@@ -107,7 +107,7 @@ fn main() -> ExitCode {
         Ok(_) => {}
         Err(e) if e.not_found() => {}
         Err(e) => {
-            eprintln!("hookbox: .env: {e}");
+            eprintln!("hookbox: .env: {}", dotenv_error(&e));
             return ExitCode::from(2);
         }
     }
@@ -151,6 +151,31 @@ fn main() -> ExitCode {
 
 /// The error and its causes, each said once: a cause whose text the message
 /// already holds (many errors quote their source) is not said again.
+/// What is wrong with `.env`, on one line and without the line's text: dotenvy
+/// quotes the whole rest of the file from the bad line on, and it may hold a
+/// secret (`ADMIN_TOKEN="…` with its quote unclosed). The variable's name is
+/// shown when the line has one.
+fn dotenv_error(e: &dotenvy::Error) -> String {
+    match e {
+        dotenvy::Error::LineParse(line, _) => {
+            let name = line.split_once('=').map(|(n, _)| n.trim()).filter(|n| {
+                !n.is_empty()
+                    && n.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b' ')
+            });
+            match name {
+                Some(name) => format!(
+                    "the line of {name} does not parse (an unclosed quote?); its text is not shown"
+                ),
+                None => {
+                    "a line does not parse (NAME=value expected); its text is not shown".to_owned()
+                }
+            }
+        }
+        other => other.to_string(),
+    }
+}
+
 fn said_once(e: &anyhow::Error) -> String {
     let mut text = e.to_string();
     for cause in e.chain().skip(1) {

@@ -211,6 +211,40 @@ fn a_dot_env_file_in_the_working_directory_is_read_and_the_environment_wins() {
     let (code, stderr) = migrate_in(dir.path(), &[]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains(".env"), "{stderr}");
+    // A broken line is named, never quoted: it may hold a secret.
+    write(
+        dir.path(),
+        ".env",
+        "ADMIN_TOKEN=\"the-secret-admin-token-42\nLOG_LEVEL=warn\n",
+    );
+    let (code, stderr) = migrate_in(dir.path(), &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("ADMIN_TOKEN"), "{stderr}");
+    assert!(!stderr.contains("the-secret-admin-token-42"), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
+}
+
+/// A configuration file that is not TOML: exit 2, one line with where the
+/// parser stopped, and the offending line not quoted (it may hold a secret).
+#[test]
+fn a_config_file_that_is_not_toml_is_one_line_without_its_text() {
+    let dir = tempfile::tempdir().expect("dir");
+    let bad = write(
+        dir.path(),
+        "bad.toml",
+        "admin_token = \"the-secret-admin-token-42\nqueue_maxsize = 5\n",
+    );
+    let (code, stderr) = run_with(
+        &[("HOOKBOX_CONFIG", bad.to_str().expect("path"))],
+        dir.path(),
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("bad.toml") && stderr.contains("line 1"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("the-secret-admin-token-42"), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
 }
 
 #[test]
