@@ -180,6 +180,54 @@ fn an_erased_events_deliveries_leave_the_queue(db: &Db) {
 }
 }
 
+/// An erased payload is gone from the database file, not only from the API:
+/// the rows' bytes are overwritten (SQLite keeps a deleted row's bytes in its
+/// free space otherwise), and what the WAL held is gone once it is checkpointed
+/// (here: a clean stop). The receiver had it; the file does not.
+#[test]
+fn an_erased_payload_is_not_left_in_the_database_file() {
+    let dir = new_dir();
+    let rx = Receiver::start();
+    http_manifest(dir.path(), "gets", r#"["secret.*"]"#, &rx.url, "", "");
+    let mut hb = Hookbox::restart(dir.clone(), &[("ALLOWED_TARGETS", "127.0.0.0/8")]);
+    let marker = format!("erase-me-{}", uuid::Uuid::new_v4().simple());
+    let kept = format!("keep-me-{}", uuid::Uuid::new_v4().simple());
+    let post = |text: &str| {
+        let r = hb.post(
+            &json!({"event_type": "secret.pii", "payload": {"ssn": text}}),
+            &[],
+        );
+        r.json()["id"].as_str().expect("id").to_owned()
+    };
+    let (gone, stays) = (post(&marker), post(&kept));
+    hb.wait_status(&gone, "completed", WAIT);
+    hb.wait_status(&stays, "completed", WAIT);
+    let erased = hb.call("DELETE", &format!("/webhooks/{gone}"), None, &[]);
+    assert_eq!(erased.status, 204, "{}", erased.text);
+    hb.sigterm();
+    assert_eq!(hb.wait_exit(WAIT), Some(0));
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir.path()).expect("dir").flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("events.db") {
+            files.push((name, std::fs::read(entry.path()).expect("read")));
+        }
+    }
+    let holding = |needle: &str| -> Vec<String> {
+        files
+            .iter()
+            .filter(|(_, bytes)| bytes.windows(needle.len()).any(|w| w == needle.as_bytes()))
+            .map(|(name, _)| name.clone())
+            .collect()
+    };
+    assert!(
+        !holding(&kept).is_empty(),
+        "the check reads the file: the other payload is there"
+    );
+    let left = holding(&marker);
+    assert!(left.is_empty(), "the erased payload is still in {left:?}");
+}
+
 #[test]
 fn erasure_needs_the_admin_token() {
     let hb = Hookbox::start(&[("ADMIN_TOKEN", "the-right-admin-token-0123")]);

@@ -93,7 +93,7 @@ impl SqliteStore {
             .filename(path)
             // A statement's text can hold a whole batch (megabytes): never in the log.
             .disable_statement_logging()
-            .busy_timeout(Duration::from_secs(5))
+            .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true)
             .synchronous(match sync {
                 Sync::Full => SqliteSynchronous::Full,
@@ -614,47 +614,100 @@ impl Store for SqliteStore {
         self.send(|reply| {
             writer::solo(reply, move |conn| {
                 Box::pin(async move {
-                    // Read before the cascade deletes them (one writer: nothing
-                    // changes them in between).
-                    let fresh = sqlx::query(due::ERASED_FRESH)
-                        .bind(id.to_string())
-                        .fetch_all(&mut *conn)
-                        .await?
-                        .iter()
-                        .map(|r| -> Result<_, StoreError> {
-                            Ok((
-                                r.text("handler")?.to_owned(),
-                                r.opt_text("ordering_value")?.map(str::to_owned),
-                            ))
-                        })
-                        .collect::<Result<Vec<_>, _>>()?;
-                    let erased = sqlx::query(crate::store::sql::ERASE_EVENT)
-                        .bind(id.to_string())
-                        .fetch_optional(&mut *conn)
+                    // The deleted rows' bytes are overwritten, not left in the
+                    // file's free space (SPEC §14: erased means gone).
+                    sqlx::query("PRAGMA secure_delete = ON")
+                        .execute(&mut *conn)
                         .await?;
-                    let erased = erased
-                        .map(|r| -> Result<_, StoreError> {
-                            Ok((
-                                r.text("idempotency_key")?.to_owned(),
-                                r.opt_text("source")?.map(str::to_owned),
-                            ))
-                        })
-                        .transpose()?;
-                    let exists = erased.is_none()
-                        && sqlx::query(crate::store::sql::EVENT_EXISTS)
-                            .bind(id.to_string())
-                            .fetch_optional(&mut *conn)
-                            .await?
-                            .is_some();
-                    if erased.is_some() {
-                        recent::forget(&recent, &[id]);
+                    let erased = erase_event(conn, id, &recent).await;
+                    sqlx::query("PRAGMA secure_delete = OFF")
+                        .execute(&mut *conn)
+                        .await?;
+                    if matches!(erased, Ok(crate::store::Erasure::Erased { .. })) {
+                        truncate_wal(conn).await;
                     }
-                    Ok(crate::store::erasure(erased, exists, fresh))
+                    erased
                 })
             })
         })
         .await
     }
+}
+
+/// After an erasure: the WAL's frames are copied into the database (where the
+/// erased rows' bytes are zeros now) and the WAL is truncated, so the event's
+/// earlier page images leave the disk at once rather than when the WAL comes
+/// round again. The writer waits for it (erasures are rare; the WAL holds at
+/// most a few seconds of writes), but for a busy lock only [`TRUNCATE_WAIT`]:
+/// a reader in the middle of a read, or the checkpointer's own run, can keep the
+/// WAL from being truncated, and then its frames go with the next checkpoints.
+async fn truncate_wal(conn: &mut sqlx::SqliteConnection) {
+    let wait = |ms: u128| format!("PRAGMA busy_timeout = {ms}");
+    let _ = sqlx::query(sqlx::AssertSqlSafe(wait(TRUNCATE_WAIT.as_millis())))
+        .execute(&mut *conn)
+        .await;
+    let done = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+        .fetch_one(&mut *conn)
+        .await;
+    let _ = sqlx::query(sqlx::AssertSqlSafe(wait(BUSY_TIMEOUT.as_millis())))
+        .execute(&mut *conn)
+        .await;
+    match done {
+        Ok(row) if row.int("busy").unwrap_or(1) == 0 => {}
+        Ok(_) => tracing::debug!("the WAL was busy after an erasure; later checkpoints take it"),
+        Err(e) => tracing::warn!(error = %e, "could not checkpoint the WAL after an erasure"),
+    }
+}
+
+/// How long the writer waits for a lock (every connection's `busy_timeout`).
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long an erasure's WAL truncation waits for a busy lock (the writer, and
+/// every caller behind it, waits with it).
+const TRUNCATE_WAIT: Duration = Duration::from_millis(100);
+
+/// [`Store::erase`] on the writer's connection, `secure_delete` on.
+async fn erase_event(
+    conn: &mut sqlx::SqliteConnection,
+    id: Uuid,
+    recent: &Arc<RecentKeys>,
+) -> Result<crate::store::Erasure, StoreError> {
+    // Read before the cascade deletes them (one writer: nothing changes them in
+    // between).
+    let fresh = sqlx::query(due::ERASED_FRESH)
+        .bind(id.to_string())
+        .fetch_all(&mut *conn)
+        .await?
+        .iter()
+        .map(|r| -> Result<_, StoreError> {
+            Ok((
+                r.text("handler")?.to_owned(),
+                r.opt_text("ordering_value")?.map(str::to_owned),
+            ))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let erased = sqlx::query(crate::store::sql::ERASE_EVENT)
+        .bind(id.to_string())
+        .fetch_optional(&mut *conn)
+        .await?;
+    let erased = erased
+        .map(|r| -> Result<_, StoreError> {
+            Ok((
+                r.text("idempotency_key")?.to_owned(),
+                r.opt_text("source")?.map(str::to_owned),
+            ))
+        })
+        .transpose()?;
+    let exists = erased.is_none()
+        && sqlx::query(crate::store::sql::EVENT_EXISTS)
+            .bind(id.to_string())
+            .fetch_optional(&mut *conn)
+            .await?
+            .is_some();
+    if erased.is_some() {
+        recent::forget(recent, &[id]);
+    }
+    Ok(crate::store::erasure(erased, exists, fresh))
 }
 
 /// The plan of `sql` (bound to `binds`) on a fresh migrated database, one line per

@@ -93,7 +93,17 @@ impl RejectedStore for SqliteStore {
             .bind(delivery_id.to_owned());
         self.send(|reply| {
             writer::solo(reply, move |conn| {
-                Box::pin(async move { Ok(q.execute(&mut *conn).await?.rows_affected()) })
+                // An erasure's (SPEC §14): the raw bodies' bytes are overwritten.
+                Box::pin(async move {
+                    sqlx::query("PRAGMA secure_delete = ON")
+                        .execute(&mut *conn)
+                        .await?;
+                    let done = q.execute(&mut *conn).await;
+                    sqlx::query("PRAGMA secure_delete = OFF")
+                        .execute(&mut *conn)
+                        .await?;
+                    Ok(done?.rows_affected())
+                })
             })
         })
         .await
