@@ -368,7 +368,8 @@ async fn accept_one(
     responses(
         (status = 200, description = "The challenge, as text", body = String, content_type = "text/plain"),
         (status = 403, description = "`forbidden`: not subscribe, or another token", content_type = "application/problem+json", body = Problem),
-        (status = 404, description = "`not_found`: no meta source of that name", content_type = "application/problem+json", body = Problem),
+        (status = 404, description = "`not_found`: no source of that name", content_type = "application/problem+json", body = Problem),
+        (status = 405, description = "`method_not_allowed`: a source of another kind (POST only; `Allow: POST`)", content_type = "application/problem+json", body = Problem),
     )
 )]
 pub(crate) async fn subscription_check(
@@ -376,9 +377,19 @@ pub(crate) async fn subscription_check(
     Path(name): Path<String>,
     axum::extract::Query(query): axum::extract::Query<std::collections::HashMap<String, String>>,
 ) -> Response {
-    let Some(source) = app.sources.get(&name).filter(|s| s.source.kind == "meta") else {
+    let Some(source) = app.sources.get(&name) else {
         return Problem::not_found("source").into_response();
     };
+    if source.source.kind != "meta" {
+        // The source is there; only Meta's kind answers a GET.
+        let mut answer = Problem::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed")
+            .detail("this source takes POST only (a GET is Meta's subscription check)")
+            .into_response();
+        answer
+            .headers_mut()
+            .insert(http::header::ALLOW, http::HeaderValue::from_static("POST"));
+        return answer;
+    }
     // A meta source without `[meta] verify_token_env` confirms no subscription.
     let token = source.source.verify_token.clone();
     let given = query

@@ -877,7 +877,8 @@ fn a_mailgun_token_is_spent_only_by_an_accepted_request() {
 
 /// Meta's subscription check (`GET /ingest/{name}?hub.mode=subscribe…`): the
 /// challenge as text for the source's verify token, else 403 — also for a meta
-/// source configured without `[meta]` — and 404 for a name that is no meta source.
+/// source configured without `[meta]` — 405 (`Allow: POST`) for a source of
+/// another kind, and 404 for a name that is no source.
 #[test]
 fn meta_subscription_checks_echo_the_challenge_for_the_token_only() {
     let dir = new_dir();
@@ -919,7 +920,13 @@ fn meta_subscription_checks_echo_the_challenge_for_the_token_only() {
     check("fb", "unsubscribe", "verify-me-123").assert_problem(403, "forbidden");
     check("bare", "subscribe", "verify-me-123").assert_problem(403, "forbidden");
     check("bare", "subscribe", "").assert_problem(403, "forbidden");
-    check("gh", "subscribe", "verify-me-123").assert_problem(404, "not_found");
+    let gh = check("gh", "subscribe", "verify-me-123");
+    gh.assert_problem(405, "method_not_allowed");
+    assert_eq!(
+        gh.header("allow"),
+        Some("POST"),
+        "a source of another kind takes POST"
+    );
     check("nope", "subscribe", "verify-me-123").assert_problem(404, "not_found");
 }
 
