@@ -24,6 +24,15 @@ pub(super) const EVENT_COLUMNS: &str = "id, idempotency_key, event_type, status,
      COALESCE(last_received_at, created_at) AS last_received_at, source_sequence, \
      source_emitted_at, traceparent";
 
+/// [`crate::store::sql::ERASE_EVENT`]'s answer (or PostgreSQL's own erase's):
+/// the erased event's key and source.
+pub(super) fn erased(row: &impl RowExt) -> Result<(String, Option<String>), StoreError> {
+    Ok((
+        row.text("idempotency_key")?.to_owned(),
+        row.opt_text("source")?.map(str::to_owned),
+    ))
+}
+
 /// One column of a row, by kind, as the backend stores that kind.
 pub(super) trait RowExt {
     /// A TEXT column.

@@ -33,6 +33,17 @@ function handler(webhook) {
 }
 "#;
 
+/// hookbox on `dir`, with its `sources` folder and loopback targets allowed.
+fn start_with_sources(dir: std::sync::Arc<tempfile::TempDir>) -> Hookbox {
+    let sources = dir
+        .path()
+        .join("sources")
+        .to_str()
+        .expect("utf-8")
+        .to_owned();
+    Hookbox::restart(dir, &[LOOPBACK, ("SOURCES_DIR", &sources)])
+}
+
 /// One hookbox with a `reshaped` http handler whose transform is RESHAPE, and a
 /// plain `plain` handler for the same types on the same receiver.
 fn start(rx: &Receiver) -> Hookbox {
@@ -239,13 +250,7 @@ fn a_source_transform_renames_types_before_routing_and_its_throw_is_422() {
         "",
         "",
     );
-    let sources = dir
-        .path()
-        .join("sources")
-        .to_str()
-        .expect("utf-8")
-        .to_owned();
-    let hb = Hookbox::restart(dir, &[LOOPBACK, ("SOURCES_DIR", &sources)]);
+    let hb = start_with_sources(dir);
     let r = hb.post_raw(
         "/ingest/shop",
         r#"{"type": "ignored", "topic": "orders/create", "id": "p-1"}"#,
@@ -312,13 +317,7 @@ fn a_transform_that_leaves_the_payload_alone_keeps_its_numbers() {
         "transform = \"transforms/tenant.js\"",
         "",
     );
-    let sources = dir
-        .path()
-        .join("sources")
-        .to_str()
-        .expect("utf-8")
-        .to_owned();
-    let hb = Hookbox::restart(dir, &[LOOPBACK, ("SOURCES_DIR", &sources)]);
+    let hb = start_with_sources(dir);
     let body =
         r#"{"type": "num.plain", "price": 12.50, "one": 1.0, "e": 1e2, "big": 9007199254740993}"#;
     for (source, key) in [("plain", "k-1"), ("renamed", "k-2")] {

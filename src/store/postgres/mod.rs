@@ -702,12 +702,8 @@ impl Store for PgStore {
             .bind(id)
             .fetch_optional(&self.pool)
             .await?
-            .map(|r| -> Result<_, StoreError> {
-                Ok((
-                    r.text("idempotency_key")?.to_owned(),
-                    r.opt_text("source")?.map(str::to_owned),
-                ))
-            })
+            .as_ref()
+            .map(crate::store::rows::erased)
             .transpose()?;
         let exists = erased.is_none()
             && sqlx::query(super::sql::EVENT_EXISTS)

@@ -691,12 +691,8 @@ async fn erase_event(
         .fetch_optional(&mut *conn)
         .await?;
     let erased = erased
-        .map(|r| -> Result<_, StoreError> {
-            Ok((
-                r.text("idempotency_key")?.to_owned(),
-                r.opt_text("source")?.map(str::to_owned),
-            ))
-        })
+        .as_ref()
+        .map(crate::store::rows::erased)
         .transpose()?;
     let exists = erased.is_none()
         && sqlx::query(crate::store::sql::EVENT_EXISTS)
