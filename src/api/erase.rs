@@ -47,13 +47,14 @@ pub(crate) async fn erase(
             source,
             fresh,
         } => {
+            // Counted out first: the event is gone whatever follows.
+            app.inbox.erased(&fresh);
             // The source's rejected copies of this delivery (`{name}:{delivery id}`).
             if let (Some(name), Some(store)) = (source, app.sources.rejected_store()) {
                 if let Some(delivery) = idempotency_key.strip_prefix(&format!("{name}:")) {
                     store.forget_delivery(&name, delivery).await?;
                 }
             }
-            app.inbox.erased(&fresh);
             tracing::info!(event = %id, "event erased");
             Ok(StatusCode::NO_CONTENT.into_response())
         }

@@ -368,8 +368,8 @@ async fn accept_one(
     responses(
         (status = 200, description = "The challenge, as text", body = String, content_type = "text/plain"),
         (status = 403, description = "`forbidden`: not subscribe, or another token", content_type = "application/problem+json", body = Problem),
-        (status = 404, description = "`not_found`: no source of that name", content_type = "application/problem+json", body = Problem),
-        (status = 405, description = "`method_not_allowed`: a source of another kind (POST only; `Allow: POST`)", content_type = "application/problem+json", body = Problem),
+        (status = 404, description = "`not_found`: no push source of that name", content_type = "application/problem+json", body = Problem),
+        (status = 405, description = "`method_not_allowed`: a push source of another kind (POST only; `Allow: POST`)", content_type = "application/problem+json", body = Problem),
     )
 )]
 pub(crate) async fn subscription_check(
@@ -377,7 +377,8 @@ pub(crate) async fn subscription_check(
     Path(name): Path<String>,
     axum::extract::Query(query): axum::extract::Query<std::collections::HashMap<String, String>>,
 ) -> Response {
-    let Some(source) = app.sources.get(&name) else {
+    // A pull source takes no requests at all (404, as for a POST).
+    let Some(source) = app.sources.get(&name).filter(|s| s.source.pull.is_none()) else {
         return Problem::not_found("source").into_response();
     };
     if source.source.kind != "meta" {

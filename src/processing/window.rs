@@ -249,8 +249,14 @@ impl Window {
     /// Counts the backlog and fills the window once (what `/ready` waits for), then
     /// starts the refill and the settling of events whose status update was lost.
     pub(crate) async fn start(self: &Arc<Self>) -> Result<JoinSet<()>, StoreError> {
-        let counts = self.due.count_fresh().await?;
-        let fresh: u64 = counts.iter().map(|(_, _, n)| n).sum();
+        let mut counts = FreshCounts::default();
+        let mut fresh = 0u64;
+        self.due
+            .count_fresh(&mut |handler, key, n| {
+                counts.add(handler, key, i64::try_from(n).unwrap_or(i64::MAX));
+                fresh = fresh.saturating_add(n);
+            })
+            .await?;
         let retries = self.due.count_retries().await?;
         self.retries.store(
             i64::try_from(retries).unwrap_or(i64::MAX),
@@ -259,7 +265,7 @@ impl Window {
         // Replaces what intake counted before (the count includes it).
         {
             let mut lanes = self.per_lane.lock().unwrap_or_else(|e| e.into_inner());
-            lanes.replace(counts);
+            *lanes = counts;
             self.backlog
                 .store(i64::try_from(fresh).unwrap_or(i64::MAX), Ordering::Relaxed);
         }

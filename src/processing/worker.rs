@@ -19,6 +19,7 @@ use crate::processing::job::Job;
 use crate::processing::lane::Verdict;
 use crate::processing::lanes::{Lanes, Notice, Slot, is_operator_event};
 use crate::processing::queue::{Lease, Queue};
+use crate::processing::window::Attempting;
 use crate::redact;
 use crate::registry::live::LiveRegistry;
 use crate::registry::{Answered, Event, Route};
@@ -56,6 +57,10 @@ struct Outcome {
     fresh: bool,
     /// Its handler.
     handler: String,
+    /// The attempt counts as running (erasure answers 409) until its outcome is
+    /// committed: an erasure between the two would count the delivery out of the
+    /// backlog, and the outcome a second time.
+    running: Option<Attempting>,
 }
 
 impl Workers {
@@ -223,6 +228,10 @@ impl Workers {
         let started_at = Timestamp::now().0;
         let started = Instant::now();
         let span = task.trace.as_ref().map(TraceContext::child);
+        // Known to be running from its first moment (erasing answers 409) until
+        // its outcome is committed, not only once it is marked `processing`
+        // (SQLite; PostgreSQL stores it claimed, `processing`, before it runs).
+        let running = self.feed.window().map(|w| w.attempt(task.event_id));
         let (result, done) = self.attempt_marked(route, task, attempt, &span).await?;
         let (answer, request) = (done.answer, done.request);
         let took = started.elapsed();
@@ -267,10 +276,11 @@ impl Workers {
             };
             count(route, label);
             let done = record(kind, None);
-            let o = outcome(task, Status::Completed, attempt, None, None, Some(done));
+            let mut o = outcome(task, Status::Completed, attempt, None, None, Some(done));
+            o.running = running;
             return Ok((o, next));
         };
-        let decided = match route.policy.decide(attempt, &failure, jitter()) {
+        let mut decided = match route.policy.decide(attempt, &failure, jitter()) {
             Decision::Retry { after } => {
                 count(route, DeliveryOutcome::Retry);
                 debug!(delivery = %task.delivery_id, trace_id = trace_id(task), attempt, error = %failure.message, "retry scheduled");
@@ -309,6 +319,7 @@ impl Workers {
                 )
             }
         };
+        decided.running = running;
         Ok((decided, next))
     }
 
@@ -322,10 +333,6 @@ impl Workers {
         attempt: u32,
         span: &Option<TraceContext>,
     ) -> Result<(Result<(), Failure>, Done), crate::store::StoreError> {
-        // Known to be running from its first moment (erasing answers 409), not
-        // only once it is marked `processing` (SQLite; PostgreSQL stores it
-        // claimed, `processing`, before it runs).
-        let _running = self.feed.window().map(|w| w.attempt(task.event_id));
         let run = attempt_once(route, task, attempt, span);
         tokio::pin!(run);
         tokio::select! {
@@ -413,6 +420,7 @@ fn outcome(
             ordered: task.ordering_value.is_some(),
         },
         retry: None,
+        running: None,
         fresh: task.retry_after.is_none(),
         handler: task.handler.clone(),
         ordering: task

@@ -672,8 +672,12 @@ pub enum WorkStore {
 #[async_trait]
 pub trait DueStore: Send + Sync + 'static {
     /// Fresh deliveries per handler and ordering value (`None`: those without
-    /// one): the pending backlog at startup.
-    async fn count_fresh(&self) -> Result<Vec<(String, Option<String>, u64)>, StoreError>;
+    /// one), each count handed to `each` as it is read (one per key: not
+    /// gathered in memory): the pending backlog at startup.
+    async fn count_fresh(
+        &self,
+        each: &mut (dyn for<'k> FnMut(&'k str, Option<&'k str>, u64) + Send),
+    ) -> Result<(), StoreError>;
 
     /// Unfinished deliveries with a `retry_after` (retries, due or waiting): with
     /// the fresh ones, every pending delivery (`MAX_BACKLOG`), at startup.

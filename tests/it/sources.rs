@@ -112,12 +112,20 @@ fn check_names_file_and_field_of_each_problem() {
     assert!(out.contains("1 error(s)"), "{out}");
 }
 
+/// Without a folder named, a missing `SOURCES_DIR` is checked as the service
+/// reads it: no sources (a folder named on the command line that does not
+/// exist is an error: `check_of_a_folder_that_does_not_exist_fails_and_says_so`).
 #[test]
-fn a_missing_folder_has_no_sources() {
+fn a_missing_sources_dir_has_no_sources() {
     let dir = crate::harness::new_dir();
-    let (code, out) = check(&dir.path().join("nope"), &[]);
-    assert_eq!(code, Some(0), "{out}");
-    assert!(out.contains("0 source(s)"), "{out}");
+    let out = crate::harness::hookbox_in(dir.path())
+        .args(["sources", "check"])
+        .env("SOURCES_DIR", dir.path().join("nope"))
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("0 source(s)"), "{stdout}");
 }
 
 // ---------------------------------------------------------------------------

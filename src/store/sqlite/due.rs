@@ -88,7 +88,7 @@ pub(super) const NEXT_RETRY: &str = "SELECT MIN(retry_after) AS next FROM delive
      AND retry_after IS NOT NULL AND retry_after > ?";
 
 /// Fresh deliveries per handler: the backlog at startup.
-pub(super) const COUNT_FRESH: &str = "SELECT handler, NULL AS ordering_value, COUNT(*) AS n \
+pub(super) const COUNT_FRESH: &str = "SELECT handler, COUNT(*) AS n \
      FROM deliveries INDEXED BY deliveries_fresh WHERE status IN ('pending', 'processing') \
      AND retry_after IS NULL GROUP BY handler";
 
@@ -98,6 +98,11 @@ pub(super) const COUNT_FRESH_KEYED: &str = "SELECT handler, ordering_value, COUN
      FROM deliveries INDEXED BY deliveries_key_unfinished WHERE ordering_value IS NOT NULL \
      AND status IN ('pending', 'processing') AND retry_after IS NULL \
      GROUP BY handler, ordering_value";
+
+/// A count's `n`.
+fn count(row: &sqlx::sqlite::SqliteRow) -> Result<u64, StoreError> {
+    Ok(u64::try_from(row.int("n")?).unwrap_or(0))
+}
 
 /// An event's fresh deliveries (bind: its id), read as it is erased: the
 /// backlog counted them. (None is `processing`: an erasure refuses then.)
@@ -154,33 +159,33 @@ impl SqliteStore {
 
 #[async_trait]
 impl DueStore for SqliteStore {
-    async fn count_fresh(&self) -> Result<Vec<(String, Option<String>, u64)>, StoreError> {
-        // Each handler's count without its keyed part, then the keyed part per key.
-        let mut counts: Vec<(String, Option<String>, u64)> = Vec::new();
-        for sql in [COUNT_FRESH, COUNT_FRESH_KEYED] {
-            for row in sqlx::query(sql).fetch_all(&self.read).await? {
-                counts.push((
-                    row.text("handler")?.to_owned(),
-                    row.opt_text("ordering_value")?.map(str::to_owned),
-                    u64::try_from(row.int("n")?).unwrap_or(0),
-                ));
+    async fn count_fresh(
+        &self,
+        each: &mut (dyn for<'k> FnMut(&'k str, Option<&'k str>, u64) + Send),
+    ) -> Result<(), StoreError> {
+        // The keyed part per key first, streamed; then each handler's count
+        // less its keyed part.
+        let mut keyed: std::collections::HashMap<String, u64> = Default::default();
+        let mut rows = sqlx::query(COUNT_FRESH_KEYED).fetch(&self.read);
+        while let Some(row) = rows.try_next().await? {
+            let (handler, n) = (row.text("handler")?, count(&row)?);
+            each(handler, row.opt_text("ordering_value")?, n);
+            match keyed.get_mut(handler) {
+                Some(sum) => *sum += n,
+                None => drop(keyed.insert(handler.to_owned(), n)),
             }
         }
-        let keyed: std::collections::HashMap<String, u64> =
-            counts
-                .iter()
-                .fold(Default::default(), |mut keyed, (h, key, n)| {
-                    if key.is_some() {
-                        *keyed.entry(h.clone()).or_default() += n;
-                    }
-                    keyed
-                });
-        for (handler, key, n) in &mut counts {
-            if key.is_none() {
-                *n = n.saturating_sub(keyed.get(handler).copied().unwrap_or(0));
-            }
+        drop(rows);
+        for row in sqlx::query(COUNT_FRESH).fetch_all(&self.read).await? {
+            let handler = row.text("handler")?;
+            let all = count(&row)?;
+            each(
+                handler,
+                None,
+                all.saturating_sub(keyed.get(handler).copied().unwrap_or(0)),
+            );
         }
-        Ok(counts)
+        Ok(())
     }
 
     async fn count_retries(&self) -> Result<u64, StoreError> {

@@ -112,6 +112,13 @@ impl SqliteStore {
             // Checkpoints run beside the writer ([`checkpoint`]); its own commits
             // checkpoint only if that falls far behind.
             .pragma("wal_autocheckpoint", checkpoint::BACKSTOP_PAGES.to_string())
+            // What the writer deletes or rewrites is overwritten with zeros, not
+            // left in the file's free space: an erased payload (SPEC §14) is gone
+            // from the file, earlier versions of its row (each status update
+            // rewrites the row) included. A memset within pages written anyway,
+            // and a page of zeros for each freed overflow page (payloads over
+            // about 4 KB).
+            .pragma("secure_delete", "on")
             .connect()
             .await?;
         migrate(&mut conn).await?;
@@ -614,15 +621,9 @@ impl Store for SqliteStore {
         self.send(|reply| {
             writer::solo(reply, move |conn| {
                 Box::pin(async move {
-                    // The deleted rows' bytes are overwritten, not left in the
-                    // file's free space (SPEC §14: erased means gone).
-                    sqlx::query("PRAGMA secure_delete = ON")
-                        .execute(&mut *conn)
-                        .await?;
+                    // The deleted rows' bytes are zeros (`secure_delete`, the
+                    // writer's setting); their earlier images leave the WAL.
                     let erased = erase_event(conn, id, &recent).await;
-                    sqlx::query("PRAGMA secure_delete = OFF")
-                        .execute(&mut *conn)
-                        .await?;
                     if matches!(erased, Ok(crate::store::Erasure::Erased { .. })) {
                         truncate_wal(conn).await;
                     }
@@ -638,33 +639,50 @@ impl Store for SqliteStore {
 /// erased rows' bytes are zeros now) and the WAL is truncated, so the event's
 /// earlier page images leave the disk at once rather than when the WAL comes
 /// round again. The writer waits for it (erasures are rare; the WAL holds at
-/// most a few seconds of writes), but for a busy lock only [`TRUNCATE_WAIT`]:
-/// a reader in the middle of a read, or the checkpointer's own run, can keep the
-/// WAL from being truncated, and then its frames go with the next checkpoints.
-async fn truncate_wal(conn: &mut sqlx::SqliteConnection) {
+/// most a few seconds of writes), but not long: a reader in the middle of a
+/// read, or the checkpointer's own run, can keep the WAL from being truncated
+/// ([`TRUNCATE_WAIT`] for a lock, [`TRUNCATE_TRIES`] tries). Then the WAL is
+/// left as it is and the erasure says so in the log: its earlier frames stay
+/// in the WAL file until they are written over.
+pub(super) async fn truncate_wal(conn: &mut sqlx::SqliteConnection) {
     let wait = |ms: u128| format!("PRAGMA busy_timeout = {ms}");
     let _ = sqlx::query(sqlx::AssertSqlSafe(wait(TRUNCATE_WAIT.as_millis())))
         .execute(&mut *conn)
         .await;
-    let done = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-        .fetch_one(&mut *conn)
-        .await;
+    let mut truncated = false;
+    for _ in 0..TRUNCATE_TRIES {
+        let done = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .fetch_one(&mut *conn)
+            .await;
+        match done {
+            Ok(row) if row.int("busy").unwrap_or(1) == 0 => {
+                truncated = true;
+                break;
+            }
+            // The checkpointer's run answers busy at once, without waiting.
+            Ok(_) | Err(_) => tokio::time::sleep(TRUNCATE_WAIT).await,
+        }
+    }
     let _ = sqlx::query(sqlx::AssertSqlSafe(wait(BUSY_TIMEOUT.as_millis())))
         .execute(&mut *conn)
         .await;
-    match done {
-        Ok(row) if row.int("busy").unwrap_or(1) == 0 => {}
-        Ok(_) => tracing::debug!("the WAL was busy after an erasure; later checkpoints take it"),
-        Err(e) => tracing::warn!(error = %e, "could not checkpoint the WAL after an erasure"),
+    if !truncated {
+        tracing::warn!(
+            "after an erasure the WAL could not be truncated (busy): its earlier frames \
+             stay in the WAL file until written over"
+        );
     }
 }
 
 /// How long the writer waits for a lock (every connection's `busy_timeout`).
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How long an erasure's WAL truncation waits for a busy lock (the writer, and
-/// every caller behind it, waits with it).
-const TRUNCATE_WAIT: Duration = Duration::from_millis(100);
+/// How long an erasure's WAL truncation waits for a busy lock, and between
+/// tries (the writer, and every caller behind it, waits with it).
+const TRUNCATE_WAIT: Duration = Duration::from_millis(50);
+
+/// How often an erasure tries to truncate the WAL.
+const TRUNCATE_TRIES: u32 = 4;
 
 /// [`Store::erase`] on the writer's connection, `secure_delete` on.
 async fn erase_event(

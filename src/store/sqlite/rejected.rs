@@ -93,16 +93,14 @@ impl RejectedStore for SqliteStore {
             .bind(delivery_id.to_owned());
         self.send(|reply| {
             writer::solo(reply, move |conn| {
-                // An erasure's (SPEC §14): the raw bodies' bytes are overwritten.
+                // An erasure's (SPEC §14): the raw bodies' bytes are zeros
+                // (`secure_delete`), and their earlier images leave the WAL.
                 Box::pin(async move {
-                    sqlx::query("PRAGMA secure_delete = ON")
-                        .execute(&mut *conn)
-                        .await?;
-                    let done = q.execute(&mut *conn).await;
-                    sqlx::query("PRAGMA secure_delete = OFF")
-                        .execute(&mut *conn)
-                        .await?;
-                    Ok(done?.rows_affected())
+                    let n = q.execute(&mut *conn).await?.rows_affected();
+                    if n > 0 {
+                        super::truncate_wal(conn).await;
+                    }
+                    Ok(n)
                 })
             })
         })
