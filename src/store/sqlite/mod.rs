@@ -650,18 +650,16 @@ pub(super) async fn truncate_wal(conn: &mut sqlx::SqliteConnection) {
         .execute(&mut *conn)
         .await;
     let mut truncated = false;
-    for _ in 0..TRUNCATE_TRIES {
+    for tried in 1..=TRUNCATE_TRIES {
         let done = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
             .fetch_one(&mut *conn)
             .await;
-        match done {
-            Ok(row) if row.int("busy").unwrap_or(1) == 0 => {
-                truncated = true;
-                break;
-            }
-            // The checkpointer's run answers busy at once, without waiting.
-            Ok(_) | Err(_) => tokio::time::sleep(TRUNCATE_WAIT).await,
+        truncated = done.is_ok_and(|row| row.int("busy").unwrap_or(1) == 0);
+        if truncated || tried == TRUNCATE_TRIES {
+            break;
         }
+        // The checkpointer's run answers busy at once, without waiting.
+        tokio::time::sleep(TRUNCATE_WAIT).await;
     }
     let _ = sqlx::query(sqlx::AssertSqlSafe(wait(BUSY_TIMEOUT.as_millis())))
         .execute(&mut *conn)
