@@ -21,18 +21,31 @@ impl fmt::Debug for Secret {
 
 /// Why a secret was refused (the secret itself is never part of the message).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("a signing secret must be whsec_ followed by base64 (at least 24 bytes decoded)")]
+#[error("a signing secret must be whsec_ followed by base64 of at least one byte")]
 pub struct InvalidSecret;
 
+/// Fewer key bytes than the Standard Webhooks specification recommends (24): such a
+/// secret is accepted — a sender may have chosen it — and a warning says so.
+pub(crate) const RECOMMENDED_KEY_BYTES: usize = 24;
+
 impl Secret {
-    /// Parses `whsec_<base64>` (the prefix is optional).
+    /// Parses `whsec_<base64>` (the prefix is optional). Any key of one byte or
+    /// more is taken, as the Standard Webhooks libraries take it: a source verifies
+    /// with whatever its sender chose. [`Secret::is_short`] tells a key under the
+    /// recommended 24 bytes. `whsec_c2hvcnQ=` (five bytes) parses and is short;
+    /// `whsec_` and text that is not base64 do not parse.
     pub fn parse(text: &str) -> Result<Self, InvalidSecret> {
         let b64 = text.trim().strip_prefix("whsec_").unwrap_or(text.trim());
         let key = STANDARD.decode(b64).map_err(|_| InvalidSecret)?;
-        if key.len() < 24 {
+        if key.is_empty() {
             return Err(InvalidSecret);
         }
         Ok(Self(key))
+    }
+
+    /// Whether the key is shorter than [`RECOMMENDED_KEY_BYTES`].
+    pub fn is_short(&self) -> bool {
+        self.0.len() < RECOMMENDED_KEY_BYTES
     }
 
     /// The key as its `whsec_` text carries it (base64), to hide it wherever a
@@ -76,6 +89,18 @@ impl Secret {
 
     fn mac(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
         STANDARD.encode(self.mac_bytes(id, timestamp, body))
+    }
+}
+
+/// Logs one warning when hookbox would sign with a key shorter than the
+/// recommended 24 bytes; `whose` names where it came from (a subscriber, a
+/// manifest's `secret_env` variable), never the key.
+pub(crate) fn warn_if_short(secrets: &[Secret], whose: &str) {
+    if secrets.iter().any(Secret::is_short) {
+        tracing::warn!(
+            whose,
+            "a signing secret is shorter than the 24 bytes Standard Webhooks recommends"
+        );
     }
 }
 
@@ -131,6 +156,21 @@ mod tests {
             b"{\"a\":2}",
             &header
         ));
+    }
+
+    /// A sender's short key is taken (and told apart); nothing at all is not.
+    #[test]
+    fn any_key_of_a_byte_or_more_parses() {
+        let short = Secret::parse("whsec_c2hvcnQ=").expect("five bytes parse");
+        assert!(short.is_short());
+        assert!(
+            !Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+                .expect("24 bytes")
+                .is_short()
+        );
+        assert_eq!(Secret::parse("whsec_"), Err(InvalidSecret));
+        assert_eq!(Secret::parse("not base64!"), Err(InvalidSecret));
+        assert_eq!(Secret::parse_list("  "), Err(InvalidSecret));
     }
 
     /// Standard Webhooks verification written here from the specification with the

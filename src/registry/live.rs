@@ -262,6 +262,7 @@ impl LiveRegistry {
             None | Some("") => Vec::new(),
             Some(text) => Secret::parse_list(text).map_err(|e| invalid("secret", e.to_string()))?,
         };
+        crate::signing::warn_if_short(&secrets, &s.name);
         super::check_ordering_key(s.ordering_key.as_deref()).map_err(|(f, m)| invalid(f, m))?;
         let policy = super::overrides(&self.policy, s.max_attempts, s.backoff.as_deref())
             .map_err(|(f, m)| invalid(f, m))?;

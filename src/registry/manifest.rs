@@ -461,7 +461,10 @@ fn http_target(
                 "http.secret_env",
                 format!("the environment variable {var} is not set"),
             ))?;
-            Secret::parse_list(&value).map_err(|e| ("http.secret_env", format!("{var}: {e}")))?
+            let secrets = Secret::parse_list(&value)
+                .map_err(|e| ("http.secret_env", format!("{var}: {e}")))?;
+            crate::signing::warn_if_short(&secrets, var);
+            secrets
         }
     };
     Ok(http::HttpTarget {

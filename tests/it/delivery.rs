@@ -172,6 +172,38 @@ fn deliveries_are_signed_with_every_rotated_secret_and_keep_their_id() {
     }
 }
 
+/// A secret shorter than the 24 bytes Standard Webhooks recommends is taken, as
+/// its libraries take it (with a warning that does not show it), and signs.
+#[test]
+fn a_short_secret_is_taken_with_a_warning_and_signs() {
+    let rx = Receiver::start();
+    let short = format!("whsec_{}", STANDARD.encode(b"short-key"));
+    let dir = new_dir();
+    http_manifest(
+        dir.path(),
+        "short",
+        r#"["short.*"]"#,
+        &format!("{}/hook", rx.url),
+        "",
+        "secret_env = \"SHORT_SECRET\"",
+    );
+    let hb = Hookbox::restart(dir, &[LOOPBACK, ("SHORT_SECRET", &short)]);
+    let id = post(&hb, "short.created", json!({"n": 1}));
+    hb.wait_status(&id, "completed", WAIT);
+    let r = &rx.wait_for(1, WAIT)[0];
+    let ts = r.header("webhook-timestamp").expect("webhook-timestamp");
+    let header = r.header("webhook-signature").expect("webhook-signature");
+    assert_eq!(
+        header,
+        format!("v1,{}", signature(&short, &id, ts, &r.body)),
+        "signed with the short key"
+    );
+    let logs = hb.logs().join("\n");
+    assert!(logs.contains("shorter than the 24 bytes"), "{logs}");
+    assert!(logs.contains("SHORT_SECRET"), "names the variable: {logs}");
+    assert!(!logs.contains(short.trim_start_matches("whsec_")), "{logs}");
+}
+
 #[test]
 fn the_delivery_body_is_the_event_as_json() {
     let rx = Receiver::start();

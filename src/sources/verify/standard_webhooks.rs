@@ -48,7 +48,7 @@ pub(crate) enum InvalidKey {
     Public(usize),
     /// Anything else that is not a `whsec_` secret.
     #[error(
-        "secret number {0} is not a whsec_ secret (base64 of 24 bytes or more) nor a whpk_ public key"
+        "secret number {0} is not a whsec_ secret (base64 of one byte or more) nor a whpk_ public key"
     )]
     Symmetric(usize),
     /// No value at all.
@@ -302,5 +302,10 @@ mod tests {
             InvalidKey::Symmetric(2)
         );
         assert_eq!(Keys::parse("  ").unwrap_err(), InvalidKey::Empty);
+        // A sender's short key is its choice: taken (`dGlueQ==` is "tiny").
+        assert_eq!(
+            Keys::parse("whsec_dGlueQ==").map(|k| k.symmetric.len()),
+            Ok(1)
+        );
     }
 }
