@@ -491,6 +491,8 @@ impl<J> Lane<J> {
     }
 
     /// An operator's resume: healthy again, every pause and the circuit lifted.
+    /// `disable_after` counts again from the resume as from a success, so a
+    /// destination that keeps failing is `failing` before it is `disabled` again.
     /// A transition unless it was healthy already (resuming a healthy
     /// destination changes nothing to report).
     pub(crate) fn resume(&mut self, now: Instant) -> Option<Transition> {
@@ -500,6 +502,10 @@ impl<J> Lane<J> {
         self.circuit = Circuit::Closed;
         self.consecutive_failures = 0;
         self.next_start = None;
+        if before != State::Healthy {
+            self.failing_since = None;
+            self.last_success = Some(Timestamp::now());
+        }
         (before != State::Healthy).then(|| {
             self.state_since = Timestamp::now();
             Transition {
@@ -801,6 +807,42 @@ mod tests {
             last = l.finish(fail(), now);
         }
         assert_eq!(last.map(|t| t.state), Some(State::Disabled));
+    }
+
+    /// After an operator's resume a destination that keeps failing is `failing`
+    /// first, then `disabled` once `disable_after` has passed since the resume.
+    #[test]
+    fn disable_after_counts_again_from_a_resume() {
+        let limit = Duration::from_millis(40);
+        let mut l: Lane<u32> = Lane::new(FlowControl {
+            disable_after: Some(limit),
+            ..FlowControl::default()
+        });
+        let now = Instant::now();
+        l.enter(Uuid::now_v7(), 0, now, false);
+        l.finish(Verdict::Gone("HTTP 410".into()), now);
+        assert_eq!(l.state(now), State::Disabled);
+        std::thread::sleep(limit * 2);
+        let back = l.resume(now).map(|t| t.state);
+        assert_eq!(back, Some(State::Healthy));
+        let mut last = None;
+        for _ in 0..OPEN_AFTER {
+            l.enter(Uuid::now_v7(), 0, now, false);
+            last = l.finish(fail(), now).or(last);
+        }
+        assert_eq!(
+            last.map(|t| t.state),
+            Some(State::Failing),
+            "not disabled at once"
+        );
+        std::thread::sleep(limit * 2);
+        let probe = now + FIRST_PROBE;
+        assert!(matches!(
+            l.enter(Uuid::now_v7(), 1, probe, false),
+            Enter::Go(1)
+        ));
+        let t = l.finish(fail(), probe);
+        assert_eq!(t.map(|t| t.state), Some(State::Disabled));
     }
 
     /// A kept state holds the last success of its last change only: restored
