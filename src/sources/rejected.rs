@@ -179,6 +179,15 @@ pub(crate) fn preview(body: &[u8], secrets: &[Secret]) -> String {
     text
 }
 
+/// An entry's id: a UUID v7 of the millisecond the request arrived, so that the
+/// log, listed by id, is newest first by `received_at` too (an id taken when the
+/// entry is written would order requests that overlapped by when they ended).
+fn id_at(received_at: Timestamp) -> uuid::Uuid {
+    let ms = u64::try_from(received_at.millis()).unwrap_or(0);
+    let ts = uuid::Timestamp::from_unix(uuid::NoContext, ms / 1000, (ms % 1000) as u32 * 1_000_000);
+    uuid::Uuid::new_v7(ts)
+}
+
 /// What the log keeps of a request `source` refused: `verified` says whether it
 /// passed verification (its quota), `whole` whether `body` is all of it.
 pub fn entry(
@@ -208,7 +217,7 @@ pub fn entry(
     }
     let whole = refusal.status != 413;
     RejectedRow {
-        id: uuid::Uuid::now_v7(),
+        id: id_at(received_at),
         source: source.name.clone(),
         class: if verified {
             Class::Verified
@@ -273,6 +282,21 @@ mod tests {
             code: "invalid_signature",
             detail: "",
         }
+    }
+
+    /// Entries written in another order than their requests arrived still list
+    /// (by id) newest first by `received_at`.
+    #[test]
+    fn an_entry_id_orders_as_its_arrival() {
+        let s = source("kind = \"github\"\nsecret_env = \"S\"");
+        let early = Timestamp(chrono::DateTime::from_timestamp_millis(1_700_000_000_001).unwrap());
+        let late = Timestamp(chrono::DateTime::from_timestamp_millis(1_700_000_000_002).unwrap());
+        let h = HeaderMap::new();
+        let second = entry(&s, late, refusal(), &h, b"{}", false);
+        let first = entry(&s, early, refusal(), &h, b"{}", false);
+        assert!(first.id < second.id, "written later, arrived earlier");
+        let (secs, nanos) = first.id.get_timestamp().expect("v7").to_unix();
+        assert_eq!((secs, nanos), (1_700_000_000, 1_000_000));
     }
 
     #[test]
