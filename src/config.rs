@@ -94,10 +94,17 @@ pub const SETTINGS: &[(&str, Option<&str>)] = &[
     ("LOG_LEVEL", Some("info")),
     ("LOG_FORMAT", Some("pretty")),
     ("OTEL_EXPORTER_OTLP_ENDPOINT", None),
+    ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", None),
     ("OTEL_EXPORTER_OTLP_PROTOCOL", Some("http/protobuf")),
+    ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", None),
     ("OTEL_EXPORTER_OTLP_HEADERS", None),
+    ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", None),
     ("OTEL_EXPORTER_OTLP_TIMEOUT", Some("10000")),
-    ("OTEL_SERVICE_NAME", Some("hookbox")),
+    ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", None),
+    ("OTEL_SERVICE_NAME", None),
+    ("OTEL_RESOURCE_ATTRIBUTES", None),
+    ("OTEL_TRACES_EXPORTER", Some("otlp")),
+    ("OTEL_SDK_DISABLED", Some("false")),
 ];
 
 /// A configuration problem, naming the setting it is about.
@@ -140,22 +147,30 @@ pub enum SqliteSynchronous {
     Normal,
 }
 
-/// Where and how spans are exported over OTLP (SPEC §13).
+/// Where and how spans are exported over OTLP (SPEC §13), from the standard
+/// OpenTelemetry variables: a `TRACES_` variable wins over its general form.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Otlp {
-    /// `OTEL_EXPORTER_OTLP_ENDPOINT`: the collector's base URL.
-    pub endpoint: String,
-    /// `OTEL_EXPORTER_OTLP_HEADERS`, decoded (sent with every export).
+    /// Where traces are posted: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` as it is, or
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` with `/v1/traces` appended (the
+    /// OpenTelemetry rule for the base endpoint).
+    pub traces_endpoint: String,
+    /// `OTEL_EXPORTER_OTLP_HEADERS` and `…_TRACES_HEADERS`, decoded (sent with
+    /// every export; a name in both takes the traces' value).
     pub headers: Vec<(String, String)>,
-    /// `OTEL_EXPORTER_OTLP_TIMEOUT`: the longest one export may take.
+    /// `OTEL_EXPORTER_OTLP_TRACES_TIMEOUT` or `…_TIMEOUT`: the longest one export
+    /// may take.
     pub timeout: Duration,
-    /// `OTEL_SERVICE_NAME`: the `service.name` of hookbox's spans.
+    /// `OTEL_SERVICE_NAME`, else `service.name` in `OTEL_RESOURCE_ATTRIBUTES`,
+    /// else `hookbox`: the `service.name` of hookbox's spans.
     pub service_name: String,
+    /// `OTEL_RESOURCE_ATTRIBUTES` but `service.name`: more attributes of the
+    /// resource (`deployment.environment=prod`, say).
+    pub resource: Vec<(String, String)>,
 }
 
 impl Otlp {
-    /// Where traces are posted: the base endpoint with `v1/traces` appended, as
-    /// the OpenTelemetry rules for `OTEL_EXPORTER_OTLP_ENDPOINT` say.
+    /// Where traces are posted.
     ///
     /// ```
     /// use hookbox::config::Config;
@@ -164,9 +179,26 @@ impl Otlp {
     /// let otlp = cfg.otlp.expect("set");
     /// assert_eq!(otlp.traces_endpoint(), "http://127.0.0.1:4318/v1/traces");
     /// assert_eq!(otlp.service_name, "hookbox");
+    ///
+    /// let cfg = Config::from_pairs([
+    ///     ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:4318/custom"),
+    ///     ("OTEL_RESOURCE_ATTRIBUTES", "service.name=billing,deployment.environment=prod"),
+    /// ])
+    /// .expect("valid");
+    /// let otlp = cfg.otlp.expect("set");
+    /// assert_eq!(otlp.traces_endpoint(), "http://127.0.0.1:4318/custom");
+    /// assert_eq!(otlp.service_name, "billing");
+    /// assert_eq!(otlp.resource, [("deployment.environment".to_owned(), "prod".to_owned())]);
+    ///
+    /// let off = Config::from_pairs([
+    ///     ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"),
+    ///     ("OTEL_SDK_DISABLED", "true"),
+    /// ])
+    /// .expect("valid");
+    /// assert!(off.otlp.is_none());
     /// ```
-    pub fn traces_endpoint(&self) -> String {
-        format!("{}/v1/traces", self.endpoint.trim_end_matches('/'))
+    pub fn traces_endpoint(&self) -> &str {
+        &self.traces_endpoint
     }
 }
 
@@ -530,6 +562,7 @@ impl Settings {
             "ADMIN_TOKEN"
                 | "DATABASE_URL"
                 | "OTEL_EXPORTER_OTLP_HEADERS"
+                | "OTEL_EXPORTER_OTLP_TRACES_HEADERS"
                 | "ENCRYPTION_KEY"
                 | "ENCRYPTION_KEYS_OLD"
         ) {
@@ -690,55 +723,109 @@ impl Settings {
         Keyring::new(current.as_deref(), &old).map_err(|e| self.invalid(key_name, &e.to_string()))
     }
 
-    /// The OTLP exporter's settings: `None` unless `OTEL_EXPORTER_OTLP_ENDPOINT`
-    /// is set. Only `http/protobuf` is spoken.
+    /// The OTLP exporter's settings: `None` unless an endpoint is set
+    /// (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT`),
+    /// `OTEL_TRACES_EXPORTER` is `otlp` and `OTEL_SDK_DISABLED` is not true. Only
+    /// `http/protobuf` is spoken. Every value is checked, used or not: a bad one
+    /// is a mistake either way.
     fn otlp(&self) -> Result<Option<Otlp>, ConfigError> {
-        // Checked with or without an endpoint: a bad value is a mistake either way.
-        self.choice("OTEL_EXPORTER_OTLP_PROTOCOL", &[("http/protobuf", ())])?;
-        let millis: u64 = self.positive("OTEL_EXPORTER_OTLP_TIMEOUT")?;
-        let headers = self.otlp_headers()?;
-        let Some(endpoint) = self.optional("OTEL_EXPORTER_OTLP_ENDPOINT") else {
-            return Ok(None);
+        for name in [
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        ] {
+            if self.optional(name).is_some() {
+                self.choice(name, &[("http/protobuf", ())])?;
+            }
+        }
+        let exporting = self.choice("OTEL_TRACES_EXPORTER", &[("otlp", true), ("none", false)])?;
+        let disabled = self.boolean("OTEL_SDK_DISABLED")?;
+        let timeout_name = match self.optional("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT") {
+            Some(_) => "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+            None => "OTEL_EXPORTER_OTLP_TIMEOUT",
         };
-        let url = url::Url::parse(&endpoint)
-            .ok()
-            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
-            .ok_or_else(|| {
-                self.invalid(
-                    "OTEL_EXPORTER_OTLP_ENDPOINT",
-                    "expected an http:// or https:// URL like http://127.0.0.1:4318",
-                )
-            })?;
-        let service_name = self.text("OTEL_SERVICE_NAME");
+        let millis: u64 = self.positive(timeout_name)?;
+        let mut headers = self.otlp_pairs("OTEL_EXPORTER_OTLP_HEADERS", true)?;
+        for (name, value) in self.otlp_pairs("OTEL_EXPORTER_OTLP_TRACES_HEADERS", true)? {
+            headers.retain(|(n, _)| *n != name);
+            headers.push((name, value));
+        }
+        let mut resource = self.otlp_pairs("OTEL_RESOURCE_ATTRIBUTES", false)?;
+        let from_resource = resource
+            .iter()
+            .position(|(k, _)| k == "service.name")
+            .map(|i| resource.remove(i).1);
+        let traces = self.otlp_url("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")?;
+        let base = self.otlp_url("OTEL_EXPORTER_OTLP_ENDPOINT")?;
+        let traces_endpoint = match (traces, base) {
+            (Some(url), _) => url.to_string(),
+            (None, Some(url)) => format!("{}/v1/traces", url.as_str().trim_end_matches('/')),
+            (None, None) => return Ok(None),
+        };
+        if !exporting || disabled {
+            return Ok(None);
+        }
+        let service_name = self
+            .optional("OTEL_SERVICE_NAME")
+            .or(from_resource)
+            .unwrap_or_else(|| "hookbox".to_owned());
         Ok(Some(Otlp {
-            endpoint: url.to_string(),
+            traces_endpoint,
             headers,
             timeout: Duration::from_millis(millis).min(MAX_DURATION),
             service_name,
+            resource,
         }))
     }
 
-    /// `OTEL_EXPORTER_OTLP_HEADERS`: `name=value` pairs separated by commas, the
-    /// values percent-encoded (the OpenTelemetry rule).
-    fn otlp_headers(&self) -> Result<Vec<(String, String)>, ConfigError> {
-        const NAME: &str = "OTEL_EXPORTER_OTLP_HEADERS";
-        let text = self.text(NAME);
+    /// An OTLP endpoint variable: unset, or an http(s) URL with a host.
+    fn otlp_url(&self, name: &'static str) -> Result<Option<url::Url>, ConfigError> {
+        let Some(text) = self.optional(name) else {
+            return Ok(None);
+        };
+        url::Url::parse(&text)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+            .map(Some)
+            .ok_or_else(|| {
+                self.invalid(
+                    name,
+                    "expected an http:// or https:// URL like http://127.0.0.1:4318",
+                )
+            })
+    }
+
+    /// `name=value` pairs separated by commas, the values percent-encoded (the
+    /// OpenTelemetry rule for `OTEL_EXPORTER_OTLP_HEADERS` and
+    /// `OTEL_RESOURCE_ATTRIBUTES`); header names are lower-cased and checked.
+    fn otlp_pairs(
+        &self,
+        name: &'static str,
+        http_headers: bool,
+    ) -> Result<Vec<(String, String)>, ConfigError> {
+        let text = self.text(name);
         text.split(',')
             .filter(|pair| !pair.trim().is_empty())
             .map(|pair| {
-                let (name, value) = pair
+                let (key, value) = pair
                     .split_once('=')
-                    .ok_or_else(|| self.invalid(NAME, "expected name=value pairs"))?;
+                    .ok_or_else(|| self.invalid(name, "expected name=value pairs"))?;
                 let value = percent_encoding::percent_decode_str(value.trim())
                     .decode_utf8()
-                    .map_err(|_| self.invalid(NAME, "a value is not UTF-8 once decoded"))?;
-                let name = name.trim().to_ascii_lowercase();
-                let valid = http::HeaderName::from_bytes(name.as_bytes()).is_ok()
+                    .map_err(|_| self.invalid(name, "a value is not UTF-8 once decoded"))?;
+                let key = key.trim();
+                if !http_headers {
+                    return match key.is_empty() {
+                        true => Err(self.invalid(name, "a name is empty")),
+                        false => Ok((key.to_owned(), value.into_owned())),
+                    };
+                }
+                let key = key.to_ascii_lowercase();
+                let valid = http::HeaderName::from_bytes(key.as_bytes()).is_ok()
                     && http::HeaderValue::from_str(&value).is_ok();
                 if valid {
-                    Ok((name, value.into_owned()))
+                    Ok((key, value.into_owned()))
                 } else {
-                    Err(self.invalid(NAME, "a header name or value is not valid in HTTP"))
+                    Err(self.invalid(name, "a header name or value is not valid in HTTP"))
                 }
             })
             .collect()

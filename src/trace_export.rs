@@ -93,6 +93,12 @@ pub(crate) fn start(settings: &Otlp) -> Result<Exporting, ExportError> {
     exporter.set_resource(
         &Resource::builder_empty()
             .with_service_name(settings.service_name.clone())
+            .with_attributes(
+                settings
+                    .resource
+                    .iter()
+                    .map(|(k, v)| opentelemetry::KeyValue::new(k.clone(), v.clone())),
+            )
             .build(),
     );
     let (tx, rx) = mpsc::channel(QUEUE_SPANS);

@@ -283,3 +283,121 @@ fn unset_there_is_no_exporter_and_bad_settings_exit_2() {
         "{text}"
     );
 }
+
+/// The resource attributes of every export request, by key.
+fn resources(collector: &Receiver) -> Vec<BTreeMap<String, String>> {
+    collector
+        .requests()
+        .iter()
+        .flat_map(|r| {
+            ExportTraceServiceRequest::decode(r.body.as_ref())
+                .expect("OTLP protobuf")
+                .resource_spans
+        })
+        .map(|rs| {
+            rs.resource
+                .iter()
+                .flat_map(|r| &r.attributes)
+                .map(|a| {
+                    let v = a.value.as_ref().and_then(|v| v.value.as_ref());
+                    (a.key.clone(), text(v))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The standard variables' `TRACES_` forms and the resource attributes apply
+/// (SPEC §13: "the standard OpenTelemetry variables apply"); the SDK switches
+/// turn export off whatever the endpoint; their bad values exit 2.
+#[test]
+fn the_standard_otel_variables_apply() {
+    let collector = Receiver::start();
+    let custom = format!("{}/custom/traces", collector.url);
+    let hb = Hookbox::start(&[
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9"),
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &custom),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "x-team=all,x-kind=base"),
+        ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-kind=traces"),
+        (
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "service.name=billing,deployment.environment=prod%2Ceu",
+        ),
+    ]);
+    let r = hb.post(&json!({"event_type": "plain", "payload": {}}), &[]);
+    assert_eq!(r.status, 202);
+    let got = collector.wait_for(1, WAIT);
+    assert_eq!(got[0].path, "/custom/traces", "the traces URL as written");
+    assert_eq!(got[0].header("x-team"), Some("all"));
+    assert_eq!(
+        got[0].header("x-kind"),
+        Some("traces"),
+        "the traces' value wins"
+    );
+    let resource = &resources(&collector)[0];
+    assert_eq!(
+        resource.get("service.name").map(String::as_str),
+        Some("billing")
+    );
+    assert_eq!(
+        resource.get("deployment.environment").map(String::as_str),
+        Some("prod,eu")
+    );
+    drop(hb);
+    // OTEL_SERVICE_NAME wins over the resource's service.name.
+    let named = Receiver::start();
+    let hb = Hookbox::start(&[
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", &named.url),
+        ("OTEL_SERVICE_NAME", "hooks"),
+        ("OTEL_RESOURCE_ATTRIBUTES", "service.name=billing"),
+    ]);
+    assert_eq!(
+        hb.post(&json!({"event_type": "plain", "payload": {}}), &[])
+            .status,
+        202
+    );
+    named.wait_for(1, WAIT);
+    assert_eq!(
+        resources(&named)[0].get("service.name").map(String::as_str),
+        Some("hooks")
+    );
+    drop(hb);
+    // Turned off: no exporter at all, nothing sent.
+    for off in [
+        ("OTEL_SDK_DISABLED", "true"),
+        ("OTEL_TRACES_EXPORTER", "none"),
+    ] {
+        let quiet = Receiver::start();
+        let hb = Hookbox::start(&[("OTEL_EXPORTER_OTLP_ENDPOINT", &quiet.url), off]);
+        assert_eq!(
+            hb.post(&json!({"event_type": "plain", "payload": {}}), &[])
+                .status,
+            202
+        );
+        let text = hb.get("/metrics").expect("metrics").text;
+        assert!(
+            !text.lines().any(|l| l.starts_with("hookbox_trace_spans")),
+            "{off:?}: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(
+            quiet.requests().is_empty(),
+            "{off:?}: something was exported"
+        );
+    }
+    let dir = new_dir();
+    for (name, value) in [
+        ("OTEL_SDK_DISABLED", "maybe"),
+        ("OTEL_TRACES_EXPORTER", "zipkin"),
+        (
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "127.0.0.1:4318/v1/traces",
+        ),
+        ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc"),
+        ("OTEL_RESOURCE_ATTRIBUTES", "service.name"),
+    ] {
+        let (code, stderr) = crate::config::run_with(&[(name, value)], dir.path());
+        assert_eq!(code, Some(2), "{name}={value}: {stderr}");
+        assert!(stderr.contains(name), "{name}={value}: {stderr}");
+    }
+}
