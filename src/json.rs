@@ -97,6 +97,29 @@ pub(crate) fn pointer<'t>(text: &'t str, pointer: &str) -> Option<&'t str> {
     text.get(start..parser.pos)
 }
 
+/// `canonical` (compact, as [`canonical`] makes it) without the top-level member
+/// `name`, or `None` when it has no such member (or is no object).
+pub(crate) fn without_member(canonical: &str, name: &str) -> Option<String> {
+    let escaped = name.replace('~', "~0").replace('/', "~1");
+    let value = pointer(canonical, &format!("/{escaped}"))?;
+    let start = value.as_ptr() as usize - canonical.as_ptr() as usize;
+    let end = start + value.len();
+    let key = format!("{}:", serde_json::to_string(name).ok()?);
+    let key_start = start.checked_sub(key.len())?;
+    if canonical.get(key_start..start)? != key {
+        return None;
+    }
+    let bytes = canonical.as_bytes();
+    let (cut_from, cut_to) = if bytes.get(end) == Some(&b',') {
+        (key_start, end + 1)
+    } else if key_start > 0 && bytes[key_start - 1] == b',' {
+        (key_start - 1, end)
+    } else {
+        (key_start, end)
+    };
+    Some([&canonical[..cut_from], &canonical[cut_to..]].concat())
+}
+
 /// The string a JSON string literal (`"…"`, escapes allowed) stands for, or `None`
 /// when `literal` is not one.
 pub(crate) fn string_value(literal: &str) -> Option<String> {
@@ -555,6 +578,26 @@ mod props;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_top_level_member_leaves_with_its_comma() {
+        let text = r#"{"a":1,"signature":{"t":"x,y"},"z":[2]}"#;
+        assert_eq!(
+            without_member(text, "signature").as_deref(),
+            Some(r#"{"a":1,"z":[2]}"#)
+        );
+        assert_eq!(
+            without_member(text, "z").as_deref(),
+            Some(r#"{"a":1,"signature":{"t":"x,y"}}"#)
+        );
+        assert_eq!(
+            without_member(text, "a").as_deref(),
+            Some(r#"{"signature":{"t":"x,y"},"z":[2]}"#)
+        );
+        assert_eq!(without_member(r#"{"a":1}"#, "a").as_deref(), Some("{}"));
+        assert_eq!(without_member(text, "t"), None, "not top level");
+        assert_eq!(without_member("[1]", "a"), None);
+    }
 
     /// The item's worked example (it is crate-private, so no doc test).
     #[test]

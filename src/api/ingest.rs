@@ -578,7 +578,7 @@ fn submission(
     Ok(Submission {
         event_type,
         key: Some(key),
-        payload: Payload::new(payload),
+        payload: Payload::identified_without(payload, s.volatile_members()),
         origin: Origin::Source(s.name.clone()),
         trace: Some(intake::trace_of(headers)),
     })

@@ -141,7 +141,30 @@ impl Payload {
         &self.text
     }
 
-    /// Hex SHA-256 of the text.
+    /// A payload whose identity leaves out members a sender puts in every
+    /// delivery's body afresh (Mailgun's `/signature`, Linear's
+    /// `/webhookTimestamp`): its hash is of the text without the top-level
+    /// members `volatile` names, so a redelivery of the same event is a duplicate,
+    /// not another body. The text is kept whole.
+    pub fn identified_without(canonical: String, volatile: &[&str]) -> Self {
+        let mut identity: Option<String> = None;
+        for name in volatile {
+            let text = identity.as_deref().unwrap_or(&canonical);
+            if let Some(rest) = crate::json::without_member(text, name) {
+                identity = Some(rest);
+            }
+        }
+        let sha256 = hex(&Sha256::digest(
+            identity.as_deref().unwrap_or(&canonical).as_bytes(),
+        ));
+        Self {
+            text: canonical,
+            sha256,
+        }
+    }
+
+    /// Hex SHA-256 of what identifies the payload: the text, unless
+    /// [`Payload::identified_without`] left members out of it.
     pub fn sha256(&self) -> &str {
         &self.sha256
     }

@@ -79,6 +79,17 @@ impl std::fmt::Debug for Source {
 }
 
 impl Source {
+    /// The top-level body members its kind's sender writes afresh into every
+    /// delivery (a signature block, a send time): left out of the payload's
+    /// identity, so that a redelivery is a duplicate (200), not a reused key.
+    pub(crate) fn volatile_members(&self) -> &'static [&'static str] {
+        match self.kind.as_str() {
+            "mailgun" => &["signature"],
+            "linear" => &["webhookTimestamp"],
+            _ => &[],
+        }
+    }
+
     /// The URL path a sender posts to.
     pub fn path(&self) -> String {
         format!("/ingest/{}", self.name)

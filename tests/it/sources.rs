@@ -883,6 +883,71 @@ fn a_mailgun_token_is_spent_only_by_an_accepted_request() {
     post(json!({"id": "m-2", "event": "opened"})).assert_problem(401, "invalid_signature");
 }
 
+/// Mailgun and Linear sign each delivery afresh inside the body (Mailgun's
+/// `/signature` block with a new token, Linear's `/webhookTimestamp`): a
+/// redelivery of the same event is a duplicate (200, `received_count` 2), not a
+/// reused key, while another event body under the same id still is (422).
+/// Signed here with the hmac crate.
+#[test]
+fn a_resigned_redelivery_in_the_body_is_a_duplicate() {
+    let dir = new_dir();
+    write(
+        dir.path(),
+        "sources/mg.toml",
+        "kind = \"mailgun\"\nsecret_env = \"MG\"",
+    );
+    write(
+        dir.path(),
+        "sources/lin.toml",
+        "kind = \"linear\"\nsecret_env = \"LIN\"",
+    );
+    let sources = dir.path().join("sources").display().to_string();
+    let hb = Hookbox::restart(
+        dir,
+        &[
+            ("SOURCES_DIR", &sources),
+            ("MG", "mg-signing-key"),
+            ("LIN", "lin-signing-key"),
+        ],
+    );
+    let mailgun = |token: &str, event: &str| {
+        let ts = now().to_string();
+        let sig = hex(&hmac256(
+            b"mg-signing-key",
+            &[format!("{ts}{token}").as_bytes()],
+        ));
+        let body = json!({
+            "signature": {"timestamp": ts, "token": token, "signature": sig},
+            "event-data": {"id": "m-9", "event": event},
+        })
+        .to_string();
+        hb.post_raw("/ingest/mg", &body, "application/json", &[])
+    };
+    assert_eq!(mailgun("tok-a", "delivered").status, 202);
+    let again = mailgun("tok-b", "delivered");
+    assert_eq!(again.status, 200, "{}", again.text);
+    let id = again.json()["id"].as_str().expect("id").to_owned();
+    let ev = hb.get(&format!("/webhooks/{id}")).expect("get").json();
+    assert_eq!(ev["received_count"], 2, "{ev}");
+    mailgun("tok-c", "opened").assert_problem(422, "idempotency_key_reused");
+
+    let linear = |sent_ms: i64, action: &str| {
+        let body =
+            json!({"type": "Issue", "action": action, "webhookTimestamp": sent_ms}).to_string();
+        let sig = hex(&hmac256(b"lin-signing-key", &[body.as_bytes()]));
+        hb.post_raw(
+            "/ingest/lin",
+            &body,
+            "application/json",
+            &[("Linear-Signature", &sig), ("Linear-Delivery", "d-1")],
+        )
+    };
+    let ms = now() * 1000;
+    assert_eq!(linear(ms, "create").status, 202);
+    assert_eq!(linear(ms + 1500, "create").status, 200, "re-sent later");
+    linear(ms + 3000, "update").assert_problem(422, "idempotency_key_reused");
+}
+
 /// Meta's subscription check (`GET /ingest/{name}?hub.mode=subscribe…`): the
 /// challenge as text for the source's verify token, else 403 — also for a meta
 /// source configured without `[meta]` — 405 (`Allow: POST`) for a source of
