@@ -40,6 +40,7 @@ pub(crate) async fn list(
     State(store): State<Arc<dyn Store>>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Response, Problem> {
+    let params = crate::api::status::given(params);
     let limit = page_limit(&params)?;
     let before = params
         .get("cursor")

@@ -146,6 +146,7 @@ pub(crate) async fn lookup_or_list(
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Response, Problem> {
     let client = client.map(|c| c.0.0);
+    let params = given(params);
     if let Some(key) = params.get("idempotency_key") {
         let content = auth::sees_content(&app, client, &headers)?;
         // A source's keys (`{name}:{delivery id}`) are guessable (`ledger:1`,
@@ -201,6 +202,13 @@ fn list_query(params: &HashMap<String, String>) -> Result<ListQuery, Problem> {
             .map(|c| parse_id(c).map_err(|_| invalid_query("cursor is not one this API gave")))
             .transpose()?,
     })
+}
+
+/// The query's parameters that have a value: `?status=&limit=` is the same as
+/// leaving both out (as a form with empty fields sends them).
+pub(crate) fn given(mut params: HashMap<String, String>) -> HashMap<String, String> {
+    params.retain(|_, v| !v.is_empty());
+    params
 }
 
 /// Reads `limit` (1..=500, default 50).

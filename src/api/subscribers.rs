@@ -298,6 +298,7 @@ pub(crate) async fn list(
     State(store): State<Arc<dyn Store>>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Response, Problem> {
+    let params = crate::api::status::given(params);
     let limit = crate::api::status::page_limit(&params)?;
     let cursor = params.get("cursor").map(String::as_str);
     let (page, next_cursor) = page_of(&*store, cursor, limit).await?;
