@@ -189,6 +189,19 @@ on_both_backends! {
         assert!(stderr.contains("ENCRYPTION_KEY"), "{stderr}");
         let (code, _, stderr) = rotate(dir.path(), db, &[("ENCRYPTION_KEY", KEY_A)]);
         assert_eq!(code, Some(0), "{stderr}");
+        if matches!(db, Db::Sqlite) {
+            // Sealed in the files, not only in the table: the clear text's page
+            // images (free space, WAL frames) are gone.
+            for entry in std::fs::read_dir(dir.path()).expect("dir") {
+                let path = entry.expect("entry").path();
+                let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+                if name.starts_with("events.db") {
+                    let bytes = std::fs::read(&path).expect("read");
+                    let found = bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes());
+                    assert!(!found, "the clear secret is still in {name}");
+                }
+            }
+        }
         let (text, id) = stored(db, dir.path(), "sealed");
         assert_eq!(id, Some(key_id(KEY_A)));
         assert_eq!(open(KEY_A, "sealed", &text).as_deref(), Some(SECRET));

@@ -590,16 +590,26 @@ impl Store for SqliteStore {
         .await
     }
 
+    /// The row is rewritten with `secure_delete` on and the WAL truncated after
+    /// it, so a secret replaced (a PATCH, `rotate-key` sealing one kept in the
+    /// clear) leaves the files, not only the table.
     async fn update_subscriber(&self, subscriber: Subscriber) -> Result<bool, StoreError> {
         let sealed = crate::store::sealed_subscriber(subscriber, &self.keys);
         self.send(|reply| {
             writer::solo(reply, move |conn| {
-                Box::pin(writer::save_subscriber(conn, sealed, true))
+                Box::pin(async move {
+                    let saved = writer::save_subscriber(conn, sealed, true).await;
+                    if matches!(saved, Ok(true)) {
+                        truncate_wal(conn, "a subscriber's update").await;
+                    }
+                    saved
+                })
             })
         })
         .await
     }
 
+    /// Like an update, a deletion takes the secret out of the files too.
     async fn delete_subscriber(&self, name: &str) -> Result<bool, StoreError> {
         let name = name.to_owned();
         self.send(|reply| {
@@ -609,7 +619,11 @@ impl Store for SqliteStore {
                         .bind(name)
                         .execute(&mut *conn)
                         .await?;
-                    Ok(done.rows_affected() > 0)
+                    let deleted = done.rows_affected() > 0;
+                    if deleted {
+                        truncate_wal(conn, "a subscriber's deletion").await;
+                    }
+                    Ok(deleted)
                 })
             })
         })
@@ -625,7 +639,7 @@ impl Store for SqliteStore {
                     // writer's setting); their earlier images leave the WAL.
                     let erased = erase_event(conn, id, &recent).await;
                     if matches!(erased, Ok(crate::store::Erasure::Erased { .. })) {
-                        truncate_wal(conn).await;
+                        truncate_wal(conn, "an erasure").await;
                     }
                     erased
                 })
@@ -644,7 +658,7 @@ impl Store for SqliteStore {
 /// ([`TRUNCATE_WAIT`] for a lock, [`TRUNCATE_TRIES`] tries). Then the WAL is
 /// left as it is and the erasure says so in the log: its earlier frames stay
 /// in the WAL file until they are written over.
-pub(super) async fn truncate_wal(conn: &mut sqlx::SqliteConnection) {
+pub(super) async fn truncate_wal(conn: &mut sqlx::SqliteConnection, after: &'static str) {
     let wait = |ms: u128| format!("PRAGMA busy_timeout = {ms}");
     let _ = sqlx::query(sqlx::AssertSqlSafe(wait(TRUNCATE_WAIT.as_millis())))
         .execute(&mut *conn)
@@ -666,8 +680,9 @@ pub(super) async fn truncate_wal(conn: &mut sqlx::SqliteConnection) {
         .await;
     if !truncated {
         tracing::warn!(
-            "after an erasure the WAL could not be truncated (busy): its earlier frames \
-             stay in the WAL file until written over"
+            after,
+            "the WAL could not be truncated (busy): its earlier frames stay in the WAL \
+             file until written over"
         );
     }
 }

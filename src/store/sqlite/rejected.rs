@@ -98,7 +98,7 @@ impl RejectedStore for SqliteStore {
                 Box::pin(async move {
                     let n = q.execute(&mut *conn).await?.rows_affected();
                     if n > 0 {
-                        super::truncate_wal(conn).await;
+                        super::truncate_wal(conn, "an erasure").await;
                     }
                     Ok(n)
                 })
