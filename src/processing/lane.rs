@@ -437,8 +437,11 @@ impl<J> Lane<J> {
     }
 
     /// After a retryable failure: opens the circuit at [`OPEN_AFTER`], or waits
-    /// longer before the next probe when this was one.
+    /// longer before the next probe when this was one. A probe is never later
+    /// than the moment `disable_after` runs out, so that a destination failing
+    /// then is disabled on time, not at a probe up to [`LAST_PROBE`] later.
     fn open_or_back_off(&mut self, was_probe: bool, now: Instant) {
+        let deadline = self.disable_deadline(now);
         match &mut self.circuit {
             Circuit::Closed if self.consecutive_failures >= OPEN_AFTER => {
                 self.circuit = Circuit::Open {
@@ -457,6 +460,18 @@ impl<J> Lane<J> {
             }
             _ => {}
         }
+        if let (Circuit::Open { next_probe, .. }, Some(deadline)) = (&mut self.circuit, deadline) {
+            *next_probe = (*next_probe).min(deadline.max(now));
+        }
+    }
+
+    /// When `disable_after` runs out, counted as [`Lane::disable_if_overdue`]
+    /// counts it; `None` without `disable_after` or a time to count from.
+    fn disable_deadline(&self, now: Instant) -> Option<Instant> {
+        let limit = self.flow.disable_after?;
+        let since = self.last_success.or(self.failing_since)?;
+        let elapsed = (Timestamp::now().0 - since.0).to_std().unwrap_or_default();
+        Some(now + limit.saturating_sub(elapsed))
     }
 
     /// `disable_after` elapsed while failing: disabled. Counted from the last
@@ -807,6 +822,42 @@ mod tests {
             last = l.finish(fail(), now);
         }
         assert_eq!(last.map(|t| t.state), Some(State::Disabled));
+    }
+
+    /// The probe after the circuit opens comes no later than `disable_after`'s
+    /// end, so a destination still failing then is disabled on time.
+    #[test]
+    fn the_next_probe_is_no_later_than_disable_after() {
+        let limit = Duration::from_secs(2);
+        let mut l: Lane<u32> = Lane::new(FlowControl {
+            disable_after: Some(limit),
+            ..FlowControl::default()
+        });
+        let now = Instant::now();
+        for _ in 0..OPEN_AFTER {
+            l.enter(Uuid::now_v7(), 0, now, false);
+            l.finish(fail(), now);
+        }
+        assert_eq!(l.state(now), State::Failing);
+        let Circuit::Open { next_probe, .. } = l.circuit else {
+            panic!("open: {:?}", l.circuit)
+        };
+        assert!(
+            next_probe <= now + limit,
+            "{:?} after now",
+            next_probe - now
+        );
+        assert!(next_probe + Duration::from_millis(500) >= now + limit);
+        // Without disable_after the first probe waits its interval.
+        let mut plain = lane(8);
+        for _ in 0..OPEN_AFTER {
+            plain.enter(Uuid::now_v7(), 0, now, false);
+            plain.finish(fail(), now);
+        }
+        let Circuit::Open { next_probe, .. } = plain.circuit else {
+            panic!("open")
+        };
+        assert_eq!(next_probe, now + FIRST_PROBE);
     }
 
     /// After an operator's resume a destination that keeps failing is `failing`

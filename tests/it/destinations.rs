@@ -606,6 +606,42 @@ fn the_circuit_opens_and_closes() {
     );
 }
 
+/// `disable_after` elapsed while failing disables the destination then, not at
+/// a probe that may come minutes later (the first is 5 s after the circuit opens,
+/// the limit here 2 s): one probe at the limit, which fails, and `disabled`.
+#[test]
+fn disable_after_disables_on_time() {
+    let dir = new_dir();
+    let r = Receiver::start();
+    r.set_default(Answer::status(500));
+    http_manifest(
+        dir.path(),
+        "doomed",
+        "[\"t\"]",
+        &r.url,
+        "max_attempts = 50\nbackoff = [\"50ms\"]\nmax_in_flight = 1\ndisable_after = \"2s\"",
+        "",
+    );
+    let hb = Hookbox::restart(dir, &[("ALLOWED_TARGETS", "127.0.0.0/8")]);
+    let began = Instant::now();
+    for n in 0..3 {
+        assert_eq!(hb.post(&event("t", n), &[]).status, 202);
+    }
+    let disabled = eventually(WAIT, "disabled", || {
+        let d = hb.call("GET", "/destinations/doomed", None, &[]).json();
+        (d["state"] == "disabled").then_some(began.elapsed())
+    });
+    assert!(
+        disabled < Duration::from_millis(4500),
+        "disabled {disabled:?} after the first failure, not by the time disable_after ran out"
+    );
+    assert_eq!(
+        r.count(),
+        11,
+        "ten failures open the circuit, one probe at the limit"
+    );
+}
+
 /// Arrivals in the busiest second of `arrived`.
 fn busiest_second(arrived: &[Instant]) -> usize {
     arrived
