@@ -240,6 +240,16 @@ fn a_second_process_on_the_same_sqlite_file_exits_2_and_the_first_keeps_working(
         );
         assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
     }
+    // Another name of the same file: a link to it, or the file in a linked folder.
+    let link = dir.path().join("alias.db");
+    std::os::unix::fs::symlink(&db, &link).expect("symlink");
+    let folder = dir.path().join("linked");
+    std::os::unix::fs::symlink(dir.path(), &folder).expect("symlink");
+    for other in [link, folder.join("events.db")] {
+        let other = other.display().to_string();
+        let (code, stderr) = run_on(dir.path(), &[("DB_PATH", &other)], &["migrate"]);
+        assert_eq!(code, Some(2), "{other}: {stderr}");
+    }
     let posted = hb.post(&json!({"event_type": "t", "payload": {}}), &[]);
     assert_eq!(posted.status, 202, "{}", posted.text);
     let id = posted.json()["id"].as_str().expect("id").to_owned();

@@ -223,9 +223,15 @@ fn recent_keys_bound() -> usize {
         .unwrap_or(RECENT_KEYS)
 }
 
-/// The lock file of the database at `path`: `<path>.lock`.
+/// The lock file of the database at `path`: `<path>.lock`, beside the file a
+/// symbolic link names (or its folder does), so that two names of one database
+/// share one lock.
 pub fn lock_path(path: &Path) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
+    let resolved = std::fs::canonicalize(path).ok().or_else(|| {
+        let folder = path.parent().filter(|d| !d.as_os_str().is_empty())?;
+        Some(std::fs::canonicalize(folder).ok()?.join(path.file_name()?))
+    });
+    let mut name = resolved.unwrap_or_else(|| path.to_owned()).into_os_string();
     name.push(".lock");
     PathBuf::from(name)
 }
