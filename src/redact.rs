@@ -113,10 +113,109 @@ pub(crate) fn strip_url_credentials(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// An attempt's error as the attempt history keeps it: URL credentials stripped,
-/// cut to at most `max` bytes (at a character boundary).
+/// Names whose value, after `=` or `:` (quoted or not, as in a query string, a
+/// form, JSON or a log line), is a credential; matched at the end of a word, so
+/// `access_token` and `DB_PASSWORD` count too.
+const SECRET_NAMES: [&str; 7] = [
+    "password", "passwd", "pwd", "secret", "token", "apikey", "api_key",
+];
+
+/// `text` with the credentials a program or a receiver may print replaced by
+/// [`REDACTED`]: the token of `Bearer …` (and of `Basic …` when it is base64 of
+/// `user:password`) and the value of `password=…`, `"token": "…"` and the like
+/// ([`SECRET_NAMES`]).
+pub(crate) fn strip_named_credentials(text: &str) -> Cow<'_, str> {
+    let lower = text.to_ascii_lowercase();
+    let mut cuts: Vec<(usize, usize)> = Vec::new();
+    for scheme in ["bearer ", "basic "] {
+        for (at, _) in lower.match_indices(scheme) {
+            if at > 0 && lower.as_bytes()[at - 1].is_ascii_alphanumeric() {
+                continue;
+            }
+            let start = at + scheme.len();
+            let len = token_len(&text[start..]);
+            let token = &text[start..start + len];
+            // A basic token is base64 of `user:password`.
+            let looks_like_one = scheme == "bearer " || {
+                use base64::Engine as _;
+                base64::engine::general_purpose::STANDARD
+                    .decode(token)
+                    .is_ok_and(|pair| pair.contains(&b':'))
+            };
+            if len >= 8 && looks_like_one {
+                cuts.push((start, start + len));
+            }
+        }
+    }
+    for name in SECRET_NAMES {
+        for (at, _) in lower.match_indices(name) {
+            let end = at + name.len();
+            let word_end = lower
+                .as_bytes()
+                .get(end)
+                .is_none_or(|b| !b.is_ascii_alphanumeric());
+            if word_end {
+                if let Some(value) = value_after(text, end) {
+                    cuts.push(value);
+                }
+            }
+        }
+    }
+    if cuts.is_empty() {
+        return Cow::Borrowed(text);
+    }
+    cuts.sort_unstable();
+    let mut out = String::with_capacity(text.len());
+    let mut from = 0;
+    for (start, end) in cuts {
+        if start < from {
+            continue;
+        }
+        out.push_str(&text[from..start]);
+        out.push_str(REDACTED);
+        from = end;
+    }
+    out.push_str(&text[from..]);
+    Cow::Owned(out)
+}
+
+/// Bytes of a token at the start of `text` (base64, base64url and the like).
+fn token_len(text: &str) -> usize {
+    text.find(|c: char| !(c.is_ascii_alphanumeric() || "._~+/=-".contains(c)))
+        .unwrap_or(text.len())
+}
+
+/// The span of the value after a name ending at `at`: an optional closing quote,
+/// `=` or `:`, optional spaces and an opening quote, then up to a delimiter.
+/// `None` when no `=` or `:` follows, or the value is empty or already redacted.
+fn value_after(text: &str, at: usize) -> Option<(usize, usize)> {
+    let bytes = text.as_bytes();
+    let mut i = at;
+    if matches!(bytes.get(i), Some(b'"' | b'\'')) {
+        i += 1;
+    }
+    while bytes.get(i) == Some(&b' ') {
+        i += 1;
+    }
+    if !matches!(bytes.get(i), Some(b'=' | b':')) {
+        return None;
+    }
+    i += 1;
+    while matches!(bytes.get(i), Some(b' ' | b'"' | b'\'')) {
+        i += 1;
+    }
+    let len = text[i..]
+        .find(|c: char| c.is_whitespace() || matches!(c, '&' | ',' | ';' | '"' | '\'' | '}' | ')'))
+        .unwrap_or(text.len() - i);
+    (len > 0 && !text[i..].starts_with(REDACTED)).then_some((i, i + len))
+}
+
+/// An attempt's error as the attempt history keeps it: URL and named credentials
+/// stripped ([`strip_url_credentials`], [`strip_named_credentials`]), cut to at
+/// most `max` bytes (at a character boundary).
 pub(crate) fn attempt_error(message: &str, max: usize) -> String {
-    let clean = strip_url_credentials(message);
+    let urls = strip_url_credentials(message);
+    let clean = strip_named_credentials(&urls);
     let mut cut = clean.len().min(max);
     while !clean.is_char_boundary(cut) {
         cut -= 1;
@@ -172,6 +271,41 @@ mod tests {
             "{shown}"
         );
         assert!(!shown.contains(&basic), "{shown}");
+    }
+
+    #[test]
+    fn named_credentials_are_stripped() {
+        let text = "Authorization: Bearer sk_live_abcdef123456 password=hunter2&x=1 \
+                    {\"api_key\": \"k-998877\", \"access_token\":\"at.1\"} DB_PASSWORD: s3cr3t \
+                    Basic dXNlcjpwYXNz";
+        let shown = strip_named_credentials(text);
+        for hidden in [
+            "sk_live_abcdef123456",
+            "hunter2",
+            "k-998877",
+            "at.1",
+            "s3cr3t",
+            "dXNlcjpwYXNz",
+        ] {
+            assert!(!shown.contains(hidden), "{hidden} in {shown}");
+        }
+        assert!(
+            shown.contains("Bearer [redacted]") && shown.contains("x=1"),
+            "{shown}"
+        );
+        // Ordinary words stay.
+        for plain in [
+            "Basic authentication failed",
+            "the token was refused",
+            "tokens: 3 left",
+            "connection refused",
+        ] {
+            assert_eq!(strip_named_credentials(plain), plain);
+        }
+        assert_eq!(
+            attempt_error("GET https://u:p@h/x?token=abc failed", 1024),
+            "GET https://h/x?token=[redacted] failed"
+        );
     }
 
     #[test]

@@ -280,6 +280,11 @@ impl Workers {
             o.running = running;
             return Ok((o, next));
         };
+        // What is kept and shown of the failure (the delivery's and the event's
+        // `last_error`, the log, the dead letter's notice): credentials stripped,
+        // at most 1 KB, as in the attempt history.
+        let mut failure = failure;
+        failure.message = redact::attempt_error(&failure.message, Attempt::MAX_ERROR_BYTES);
         let mut decided = match route.policy.decide(attempt, &failure, jitter()) {
             Decision::Retry { after } => {
                 count(route, DeliveryOutcome::Retry);

@@ -233,6 +233,39 @@ fn exec_attempts_keep_stderr_without_the_values_of_their_variables(db: &Db) {
 }
 }
 
+/// A program that prints credentials of its own (a bearer token, `password=`) and
+/// pages of output: the attempt's `error`, the delivery's and the event's
+/// `last_error` show neither, and none is over 1 KB.
+#[test]
+fn printed_credentials_are_stripped_and_every_error_is_bounded() {
+    let dir = new_dir();
+    let s = script(
+        dir.path(),
+        "noisy.sh",
+        "echo 'Authorization: Bearer sk_live_abcdef123456 password=hunter2' >&2; \
+         head -c 1500 /dev/zero | tr '\\0' x >&2; exit 65",
+    );
+    exec_manifest(dir.path(), "noisy", r#"["noisy"]"#, &s, "");
+    let hb = Hookbox::restart(dir, &[]);
+    let id = post(&hb, "noisy");
+    let ev = hb.wait_status(&id, "failed", WAIT);
+    let items = attempts(&hb, &id);
+    let shown = [
+        items[0]["error"].as_str().expect("error").to_owned(),
+        ev["last_error"].as_str().expect("last_error").to_owned(),
+        ev["deliveries"][0]["last_error"]
+            .as_str()
+            .expect("delivery's last_error")
+            .to_owned(),
+    ];
+    for text in &shown {
+        assert!(text.len() <= 1024, "{} bytes", text.len());
+        for secret in ["sk_live_abcdef123456", "hunter2"] {
+            assert!(!text.contains(secret), "{secret} shown: {text}");
+        }
+    }
+}
+
 on_both_backends! {
 fn retention_deletes_the_attempts_with_their_event(db: &Db) {
     let dir = new_dir();
