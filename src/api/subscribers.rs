@@ -163,6 +163,18 @@ fn view(s: &Subscriber) -> SubscriberView {
     }
 }
 
+/// A subscriber's `filter` as stored: the JSON object, also when it was sent as
+/// a string holding it (as a manifest may write it).
+fn filter_object(filter: serde_json::Value) -> Result<serde_json::Value, Problem> {
+    match filter {
+        serde_json::Value::String(text) => serde_json::from_str(&text).map_err(|e| {
+            Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_filter")
+                .detail(format!("filter: not JSON: {e}"))
+        }),
+        other => Ok(other),
+    }
+}
+
 fn rejected(e: &SubscriberError) -> Problem {
     let code = if e.forbidden_target {
         "forbidden_target"
@@ -255,7 +267,7 @@ pub(crate) async fn create(
         max_in_flight: c.max_in_flight,
         rate_limit: c.rate_limit,
         disable_after: c.disable_after,
-        filter: c.filter,
+        filter: c.filter.map(filter_object).transpose()?,
         transform: c.transform,
         active: c.active.unwrap_or(true),
         created_at: now,
@@ -382,7 +394,7 @@ pub(crate) async fn patch(
         s.disable_after = v;
     }
     if let Some(v) = p.filter {
-        s.filter = v;
+        s.filter = v.map(filter_object).transpose()?;
     }
     if let Some(v) = p.transform {
         s.transform = v;

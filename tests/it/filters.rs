@@ -110,6 +110,23 @@ fn an_invalid_subscriber_filter_is_422_invalid_filter() {
     }
     let r = hb.get("/subscribers").unwrap().json();
     assert_eq!(r["items"].as_array().map(Vec::len), Some(0));
+    // A filter sent as a string holding JSON (a manifest's other form) is that
+    // object; a string that is not JSON is refused like any bad filter.
+    let body = |filter: &str| json!({"name": "s", "event_types": ["*"], "url": "http://127.0.0.1:9/", "filter": filter});
+    hb.call("POST", "/subscribers", Some(&body("{not json")), &[])
+        .assert_problem(422, "invalid_filter");
+    let r = hb.call(
+        "POST",
+        "/subscribers",
+        Some(&body(r#"{"payload": {"a": 1}}"#)),
+        &[],
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(r.json()["filter"], json!({"payload": {"a": 1}}));
+    let patch = json!({"filter": r#"{"payload": {"a": {"$gt": 1}}}"#});
+    let r = hb.call("PATCH", "/subscribers/s", Some(&patch), &[]);
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json()["filter"], json!({"payload": {"a": {"$gt": 1}}}));
 }
 
 #[test]
