@@ -25,6 +25,8 @@ pub(crate) struct Shape {
     pub(crate) filter: Option<serde_json::Value>,
     /// The transform's source.
     pub(crate) transform: Option<String>,
+    /// `max_in_flight` (`None`: hookbox's default, 8).
+    pub(crate) max_in_flight: Option<u32>,
 }
 
 /// Talks to the subscribers API.
@@ -90,6 +92,9 @@ impl Admin {
         }
         if let Some(transform) = &shape.transform {
             body["transform"] = transform.clone().into();
+        }
+        if let Some(n) = shape.max_in_flight {
+            body["max_in_flight"] = n.into();
         }
         self.create_body(name, &body).await
     }

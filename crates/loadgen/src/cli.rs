@@ -235,6 +235,10 @@ pub(crate) struct DeliverArgs {
     /// transform (renaming two fields of the payload), as `pipeline` times them.
     #[arg(long, conflicts_with_all = ["filter", "transform"])]
     pub(crate) bench_shape: bool,
+    /// Each subscriber's `max_in_flight` (default: hookbox's, 8 each, 24 attempts
+    /// at once in all; the reference has `--connections` requests in flight).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_in_flight: Option<u32>,
     /// After the run, post as many deliveries from a bare reqwest client
     /// (`--connections` at once) to the same receiver, and report the ratio.
     #[arg(long)]

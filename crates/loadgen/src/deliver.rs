@@ -39,6 +39,7 @@ pub(crate) async fn run_deliver(args: DeliverArgs) -> Result<ExitCode, BoxError>
         Shape {
             filter: Some(serde_json::from_str(crate::pipeline::BENCH_FILTER)?),
             transform: Some(crate::pipeline::BENCH_TRANSFORM.to_owned()),
+            max_in_flight: args.max_in_flight,
         }
     } else {
         Shape {
@@ -54,6 +55,7 @@ pub(crate) async fn run_deliver(args: DeliverArgs) -> Result<ExitCode, BoxError>
                 .map(std::fs::read_to_string)
                 .transpose()
                 .map_err(|e| format!("--transform: {e}"))?,
+            max_in_flight: args.max_in_flight,
         }
     };
     // Leftovers of an interrupted run would take the names.
