@@ -113,37 +113,37 @@ pub(crate) fn strip_url_credentials(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// Names whose value, after `=` or `:` (quoted or not, as in a query string, a
-/// form, JSON or a log line), is a credential; matched at the end of a word, so
-/// `access_token` and `DB_PASSWORD` count too.
-const SECRET_NAMES: [&str; 7] = [
-    "password", "passwd", "pwd", "secret", "token", "apikey", "api_key",
+/// Names whose value, after `=` or `:` (as in a query string, a form, JSON or a
+/// header line), is a credential; matched at the end of a word, so
+/// `access_token`, `X-Api-Key` and `DB_PASSWORD` count too.
+const SECRET_NAMES: [&str; 8] = [
+    "password", "passwd", "pwd", "secret", "token", "apikey", "api_key", "api-key",
 ];
 
+/// Schemes of an `Authorization` value followed by a credential.
+const SCHEMES: [&str; 3] = ["bearer ", "basic ", "token "];
+
 /// `text` with the credentials a program or a receiver may print replaced by
-/// [`REDACTED`]: the token of `Bearer …` (and of `Basic …` when it is base64 of
-/// `user:password`) and the value of `password=…`, `"token": "…"` and the like
-/// ([`SECRET_NAMES`]).
+/// [`REDACTED`]: the token after `Bearer`, `token` (when it looks like one: a
+/// digit or punctuation in it) and `Basic` (when it is base64 of
+/// `user:password`), and the value of `password=…`, `"token": "…"` and the like
+/// ([`SECRET_NAMES`]; after an unquoted `name:` only a value that looks like a
+/// key — six or more characters with a digit — so that prose such as
+/// `invalid token: signature mismatch` stays readable).
 pub(crate) fn strip_named_credentials(text: &str) -> Cow<'_, str> {
+    // ASCII lower-casing keeps every byte offset, and every pattern is ASCII, so
+    // the offsets found are character boundaries of `text`.
     let lower = text.to_ascii_lowercase();
     let mut cuts: Vec<(usize, usize)> = Vec::new();
-    for scheme in ["bearer ", "basic "] {
+    for scheme in SCHEMES {
         for (at, _) in lower.match_indices(scheme) {
             if at > 0 && lower.as_bytes()[at - 1].is_ascii_alphanumeric() {
                 continue;
             }
             let start = at + scheme.len();
-            let len = token_len(&text[start..]);
-            let token = &text[start..start + len];
-            // A basic token is base64 of `user:password`.
-            let looks_like_one = scheme == "bearer " || {
-                use base64::Engine as _;
-                base64::engine::general_purpose::STANDARD
-                    .decode(token)
-                    .is_ok_and(|pair| pair.contains(&b':'))
-            };
-            if len >= 8 && looks_like_one {
-                cuts.push((start, start + len));
+            let token = &text[start..start + token_len(&text[start..])];
+            if scheme_token(scheme, token) {
+                cuts.push((start, start + token.len()));
             }
         }
     }
@@ -155,9 +155,7 @@ pub(crate) fn strip_named_credentials(text: &str) -> Cow<'_, str> {
                 .get(end)
                 .is_none_or(|b| !b.is_ascii_alphanumeric());
             if word_end {
-                if let Some(value) = value_after(text, end) {
-                    cuts.push(value);
-                }
+                cuts.extend(value_after(text, end));
             }
         }
     }
@@ -169,6 +167,8 @@ pub(crate) fn strip_named_credentials(text: &str) -> Cow<'_, str> {
     let mut from = 0;
     for (start, end) in cuts {
         if start < from {
+            // Overlapping an earlier cut: only what it leaves is new.
+            from = from.max(end);
             continue;
         }
         out.push_str(&text[from..start]);
@@ -179,35 +179,73 @@ pub(crate) fn strip_named_credentials(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// Whether `token`, after `scheme`, is a credential.
+fn scheme_token(scheme: &str, token: &str) -> bool {
+    if scheme == "basic " {
+        use base64::Engine as _;
+        return token.len() >= 8
+            && base64::engine::general_purpose::STANDARD
+                .decode(token)
+                .is_ok_and(|pair| pair.contains(&b':'));
+    }
+    token.len() >= 6 && looks_like_a_key(token)
+}
+
+/// A digit or token punctuation in it: a key, not a word.
+fn looks_like_a_key(value: &str) -> bool {
+    value
+        .bytes()
+        .any(|b| b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-' | b'+' | b'/' | b'='))
+}
+
 /// Bytes of a token at the start of `text` (base64, base64url and the like).
 fn token_len(text: &str) -> usize {
     text.find(|c: char| !(c.is_ascii_alphanumeric() || "._~+/=-".contains(c)))
         .unwrap_or(text.len())
 }
 
-/// The span of the value after a name ending at `at`: an optional closing quote,
-/// `=` or `:`, optional spaces and an opening quote, then up to a delimiter.
-/// `None` when no `=` or `:` follows, or the value is empty or already redacted.
+/// The span of the value after a name ending at `at`: `=` or `:` (after the
+/// name's closing quote, if quoted) and optional spaces, then a quoted value to
+/// its closing quote or an unquoted one to a delimiter. `None` when nothing of
+/// the kind follows, the value is empty or redacted already, or it follows an
+/// unquoted `name:` and does not look like a key.
 fn value_after(text: &str, at: usize) -> Option<(usize, usize)> {
     let bytes = text.as_bytes();
     let mut i = at;
-    if matches!(bytes.get(i), Some(b'"' | b'\'')) {
+    let quoted_name = matches!(bytes.get(i), Some(b'"' | b'\''));
+    if quoted_name {
         i += 1;
     }
     while bytes.get(i) == Some(&b' ') {
         i += 1;
     }
-    if !matches!(bytes.get(i), Some(b'=' | b':')) {
+    let sign = *bytes.get(i)?;
+    if !matches!(sign, b'=' | b':') {
         return None;
     }
     i += 1;
-    while matches!(bytes.get(i), Some(b' ' | b'"' | b'\'')) {
+    while bytes.get(i) == Some(&b' ') {
         i += 1;
     }
-    let len = text[i..]
-        .find(|c: char| c.is_whitespace() || matches!(c, '&' | ',' | ';' | '"' | '\'' | '}' | ')'))
-        .unwrap_or(text.len() - i);
-    (len > 0 && !text[i..].starts_with(REDACTED)).then_some((i, i + len))
+    let rest = &text[i..];
+    let (start, len) = match bytes.get(i) {
+        Some(&q @ (b'"' | b'\'')) => {
+            let inner = &rest[1..];
+            (i + 1, inner.find(q as char).unwrap_or(inner.len()))
+        }
+        _ => {
+            let len = rest
+                .find(|c: char| c.is_whitespace() || matches!(c, '&' | ',' | ';' | '}' | ')'))
+                .unwrap_or(rest.len());
+            (i, len)
+        }
+    };
+    let value = &text[start..start + len];
+    let unquoted_colon = sign == b':' && !quoted_name;
+    let hidden = !value.is_empty()
+        && !value.starts_with(REDACTED)
+        && (!unquoted_colon || (value.len() >= 6 && looks_like_a_key(value)));
+    hidden.then_some((start, start + len))
 }
 
 /// An attempt's error as the attempt history keeps it: URL and named credentials
@@ -276,16 +314,21 @@ mod tests {
     #[test]
     fn named_credentials_are_stripped() {
         let text = "Authorization: Bearer sk_live_abcdef123456 password=hunter2&x=1 \
-                    {\"api_key\": \"k-998877\", \"access_token\":\"at.1\"} DB_PASSWORD: s3cr3t \
-                    Basic dXNlcjpwYXNz";
+                    {\"api_key\": \"k-998877\", \"access_token\":\"at.1\", \
+                    \"password\": \"correct horse battery\"} DB_PASSWORD: s3cr3t99 \
+                    X-Api-Key: key_12345678 Basic dXNlcjpwYXNz Authorization: token ghp_0123456789";
         let shown = strip_named_credentials(text);
         for hidden in [
             "sk_live_abcdef123456",
             "hunter2",
             "k-998877",
             "at.1",
-            "s3cr3t",
+            "horse",
+            "battery",
+            "s3cr3t99",
+            "key_12345678",
             "dXNlcjpwYXNz",
+            "ghp_0123456789",
         ] {
             assert!(!shown.contains(hidden), "{hidden} in {shown}");
         }
@@ -293,12 +336,22 @@ mod tests {
             shown.contains("Bearer [redacted]") && shown.contains("x=1"),
             "{shown}"
         );
+        // Overlapping matches leave nothing of either.
+        let both = strip_named_credentials("Bearer abcdefgh_api_key=ABC:SECRETTAIL end");
+        assert!(!both.contains("SECRETTAIL"), "{both}");
+        assert!(both.ends_with(" end"), "{both}");
         // Ordinary words stay.
         for plain in [
             "Basic authentication failed",
+            "expected Bearer authentication",
             "the token was refused",
+            "invalid token: signature mismatch",
+            "password: must be at least 8 characters",
             "tokens: 3 left",
-            "connection refused",
+            "token expired",
+            "Basic realm=\"api\"",
+            "{\"error\":\"invalid_token\"}",
+            "connection refused é",
         ] {
             assert_eq!(strip_named_credentials(plain), plain);
         }

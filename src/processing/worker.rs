@@ -233,6 +233,13 @@ impl Workers {
         // (SQLite; PostgreSQL stores it claimed, `processing`, before it runs).
         let running = self.feed.window().map(|w| w.attempt(task.event_id));
         let (result, done) = self.attempt_marked(route, task, attempt, &span).await?;
+        // What is kept and shown of a failure (the attempt history, the delivery's,
+        // the event's and the destination's `last_error`, the log, operator
+        // events): credentials stripped, at most 1 KB.
+        let result = result.map_err(|mut failure| {
+            failure.message = redact::attempt_error(&failure.message, Attempt::MAX_ERROR_BYTES);
+            failure
+        });
         let (answer, request) = (done.answer, done.request);
         let took = started.elapsed();
         let cancelled = answer.as_ref().is_some_and(|a| a.cancelled);
@@ -280,11 +287,6 @@ impl Workers {
             o.running = running;
             return Ok((o, next));
         };
-        // What is kept and shown of the failure (the delivery's and the event's
-        // `last_error`, the log, the dead letter's notice): credentials stripped,
-        // at most 1 KB, as in the attempt history.
-        let mut failure = failure;
-        failure.message = redact::attempt_error(&failure.message, Attempt::MAX_ERROR_BYTES);
         let mut decided = match route.policy.decide(attempt, &failure, jitter()) {
             Decision::Retry { after } => {
                 count(route, DeliveryOutcome::Retry);

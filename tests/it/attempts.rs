@@ -234,8 +234,8 @@ fn exec_attempts_keep_stderr_without_the_values_of_their_variables(db: &Db) {
 }
 
 /// A program that prints credentials of its own (a bearer token, `password=`) and
-/// pages of output: the attempt's `error`, the delivery's and the event's
-/// `last_error` show neither, and none is over 1 KB.
+/// pages of output: the attempt's `error`, the delivery's, the event's and the
+/// destination's `last_error` show neither, and none is over 1 KB.
 #[test]
 fn printed_credentials_are_stripped_and_every_error_is_bounded() {
     let dir = new_dir();
@@ -243,14 +243,19 @@ fn printed_credentials_are_stripped_and_every_error_is_bounded() {
         dir.path(),
         "noisy.sh",
         "echo 'Authorization: Bearer sk_live_abcdef123456 password=hunter2' >&2; \
-         head -c 1500 /dev/zero | tr '\\0' x >&2; exit 65",
+         head -c 1500 /dev/zero | tr '\\0' x >&2; exit 1",
     );
-    exec_manifest(dir.path(), "noisy", r#"["noisy"]"#, &s, "");
+    exec_manifest(dir.path(), "noisy", r#"["noisy"]"#, &s, "max_attempts = 1");
     let hb = Hookbox::restart(dir, &[]);
     let id = post(&hb, "noisy");
     let ev = hb.wait_status(&id, "failed", WAIT);
     let items = attempts(&hb, &id);
+    let destination = hb.call("GET", "/destinations/noisy", None, &[]).json();
     let shown = [
+        destination["last_error"]
+            .as_str()
+            .expect("the destination's last_error")
+            .to_owned(),
         items[0]["error"].as_str().expect("error").to_owned(),
         ev["last_error"].as_str().expect("last_error").to_owned(),
         ev["deliveries"][0]["last_error"]

@@ -31,7 +31,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
 
 use super::super::{BoxHandler, Event, HandlerError, handler_fn};
-use crate::redact::{Redactions, strip_url_credentials};
+use crate::redact::{Redactions, strip_named_credentials, strip_url_credentials};
 
 /// Exit code that dead-letters at once (`EX_DATAERR` of sysexits.h).
 pub const PERMANENT_EXIT_CODE: i32 = 65;
@@ -129,7 +129,8 @@ async fn run(spec: &Program, event: &Event) -> Result<(), HandlerError> {
     // Kill what the program left behind, so pipes it holds close now.
     drop(guard);
     let stderr = stderr.finish(STDERR_GRACE).await;
-    let stderr = strip_url_credentials(&spec.hidden.apply(&stderr)).into_owned();
+    let stderr = spec.hidden.apply(&stderr);
+    let stderr = strip_named_credentials(&strip_url_credentials(&stderr)).into_owned();
     match status.code() {
         Some(0) => Ok(()),
         Some(PERMANENT_EXIT_CODE) => {
@@ -151,13 +152,20 @@ async fn feed(stdin: Option<tokio::process::ChildStdin>, payload: &[u8]) {
     }
 }
 
+/// `{what}: {stderr}`, at most [`Attempt::MAX_ERROR_BYTES`](crate::model::Attempt::MAX_ERROR_BYTES):
+/// what does not fit goes from the front of stderr, whose last lines usually say
+/// what went wrong.
 fn describe(what: &str, stderr: &str) -> String {
     let stderr = stderr.trim();
     if stderr.is_empty() {
-        what.to_owned()
-    } else {
-        format!("{what}: {stderr}")
+        return what.to_owned();
     }
+    let room = crate::model::Attempt::MAX_ERROR_BYTES.saturating_sub(what.len() + 2);
+    let mut start = stderr.len().saturating_sub(room);
+    while !stderr.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("{what}: {}", &stderr[start..])
 }
 
 /// A task reading a stream to its end, keeping its last [`STDERR_TAIL_BYTES`];
@@ -205,5 +213,21 @@ async fn read_into(stream: Option<impl AsyncRead + Unpin>, kept: Arc<Mutex<Vec<u
             let extra = kept.len() - STDERR_TAIL_BYTES;
             kept.drain(..extra);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_stderr_keeps_its_end_within_the_bound() {
+        let stderr = format!("{}é the real error", "x".repeat(3000));
+        let message = describe("exit code 3", &stderr);
+        assert!(message.len() <= crate::model::Attempt::MAX_ERROR_BYTES);
+        assert!(message.starts_with("exit code 3: "), "{message}");
+        assert!(message.ends_with("é the real error"), "{message}");
+        assert_eq!(describe("exit code 1", "  "), "exit code 1");
+        assert_eq!(describe("exit code 1", "short\n"), "exit code 1: short");
     }
 }
