@@ -281,7 +281,8 @@ async fn reshape(
     if !shaped::same_in_js(&before, payload) {
         let text = serde_json::to_string(payload).map_err(|e| failed(e.to_string()))?;
         let canonical = json::canonical(&text).map_err(|e| failed(e.to_string()))?;
-        submission.payload = Payload::new(canonical);
+        let volatile = source.source.volatile_members();
+        submission.payload = Payload::identified_without(canonical, volatile);
     }
     Ok(submission)
 }

@@ -182,10 +182,17 @@ pub(crate) fn preview(body: &[u8], secrets: &[Secret]) -> String {
 /// An entry's id: a UUID v7 of the millisecond the request arrived, so that the
 /// log, listed by id, is newest first by `received_at` too (an id taken when the
 /// entry is written would order requests that overlapped by when they ended).
+/// Within one millisecond the entries this process writes keep their order: the
+/// 74 bits after the version hold a 42-bit sequence number, then 32 random bits
+/// (ids of several instances stay apart).
 fn id_at(received_at: Timestamp) -> uuid::Uuid {
-    let ms = u64::try_from(received_at.millis()).unwrap_or(0);
-    let ts = uuid::Timestamp::from_unix(uuid::NoContext, ms / 1000, (ms % 1000) as u32 * 1_000_000);
-    uuid::Uuid::new_v7(ts)
+    static SEQUENCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let ms = u128::from(u64::try_from(received_at.millis()).unwrap_or(0)) & ((1 << 48) - 1);
+    let seq =
+        u128::from(SEQUENCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) & ((1 << 42) - 1);
+    let random = uuid::Uuid::new_v4().as_u128() & 0xFFFF_FFFF;
+    let (rand_a, rand_b) = (seq >> 30, ((seq & ((1 << 30) - 1)) << 32) | random);
+    uuid::Uuid::from_u128(ms << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b)
 }
 
 /// What the log keeps of a request `source` refused: `verified` says whether it
@@ -295,8 +302,15 @@ mod tests {
         let second = entry(&s, late, refusal(), &h, b"{}", false);
         let first = entry(&s, early, refusal(), &h, b"{}", false);
         assert!(first.id < second.id, "written later, arrived earlier");
+        assert_eq!(first.id.get_version_num(), 7);
+        assert_eq!(first.id.get_variant(), uuid::Variant::RFC4122);
         let (secs, nanos) = first.id.get_timestamp().expect("v7").to_unix();
         assert_eq!((secs, nanos), (1_700_000_000, 1_000_000));
+        // Arrived in one millisecond: the order they were written in.
+        let ids: Vec<_> = (0..100)
+            .map(|_| entry(&s, early, refusal(), &h, b"{}", false).id)
+            .collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "in order");
     }
 
     #[test]

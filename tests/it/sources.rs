@@ -901,6 +901,17 @@ fn a_resigned_redelivery_in_the_body_is_a_duplicate() {
         "sources/lin.toml",
         "kind = \"linear\"\nsecret_env = \"LIN\"",
     );
+    // The same with a transform that changes the payload: still a duplicate.
+    write(
+        dir.path(),
+        "sources/mgt.toml",
+        "kind = \"mailgun\"\nsecret_env = \"MG\"\ntransform = \"tag.js\"",
+    );
+    write(
+        dir.path(),
+        "sources/tag.js",
+        "function handler(w) { w.payload.tagged = true; return w; }",
+    );
     let sources = dir.path().join("sources").display().to_string();
     let hb = Hookbox::restart(
         dir,
@@ -910,7 +921,7 @@ fn a_resigned_redelivery_in_the_body_is_a_duplicate() {
             ("LIN", "lin-signing-key"),
         ],
     );
-    let mailgun = |token: &str, event: &str| {
+    let mailgun_to = |path: &str, token: &str, event: &str| {
         let ts = now().to_string();
         let sig = hex(&hmac256(
             b"mg-signing-key",
@@ -921,8 +932,12 @@ fn a_resigned_redelivery_in_the_body_is_a_duplicate() {
             "event-data": {"id": "m-9", "event": event},
         })
         .to_string();
-        hb.post_raw("/ingest/mg", &body, "application/json", &[])
+        hb.post_raw(path, &body, "application/json", &[])
     };
+    let mailgun = |token: &str, event: &str| mailgun_to("/ingest/mg", token, event);
+    assert_eq!(mailgun_to("/ingest/mgt", "tok-x", "delivered").status, 202);
+    let again = mailgun_to("/ingest/mgt", "tok-y", "delivered");
+    assert_eq!(again.status, 200, "through a transform: {}", again.text);
     assert_eq!(mailgun("tok-a", "delivered").status, 202);
     let again = mailgun("tok-b", "delivered");
     assert_eq!(again.status, 200, "{}", again.text);
