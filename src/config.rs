@@ -725,24 +725,30 @@ impl Settings {
 
     /// The OTLP exporter's settings: `None` unless an endpoint is set
     /// (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT`),
-    /// `OTEL_TRACES_EXPORTER` is `otlp` and `OTEL_SDK_DISABLED` is not true. Only
-    /// `http/protobuf` is spoken. Every value is checked, used or not: a bad one
-    /// is a mistake either way.
+    /// `OTEL_TRACES_EXPORTER` names `otlp` and `OTEL_SDK_DISABLED` is not `true`
+    /// (as the OpenTelemetry rules read them: another exporter named, or another
+    /// value, is not an error). Only `http/protobuf` is spoken: the protocol in
+    /// effect (the traces' one if set) is checked with or without an endpoint.
     fn otlp(&self) -> Result<Option<Otlp>, ConfigError> {
-        for name in [
-            "OTEL_EXPORTER_OTLP_PROTOCOL",
+        let traces_or =
+            |specific: &'static str, general: &'static str| match self.optional(specific) {
+                Some(_) => specific,
+                None => general,
+            };
+        let protocol = traces_or(
             "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-        ] {
-            if self.optional(name).is_some() {
-                self.choice(name, &[("http/protobuf", ())])?;
-            }
-        }
-        let exporting = self.choice("OTEL_TRACES_EXPORTER", &[("otlp", true), ("none", false)])?;
-        let disabled = self.boolean("OTEL_SDK_DISABLED")?;
-        let timeout_name = match self.optional("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT") {
-            Some(_) => "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
-            None => "OTEL_EXPORTER_OTLP_TIMEOUT",
-        };
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+        );
+        self.choice(protocol, &[("http/protobuf", ())])?;
+        let exporting = self
+            .text("OTEL_TRACES_EXPORTER")
+            .split(',')
+            .any(|e| e.trim().eq_ignore_ascii_case("otlp"));
+        let disabled = self.text("OTEL_SDK_DISABLED").eq_ignore_ascii_case("true");
+        let timeout_name = traces_or(
+            "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+            "OTEL_EXPORTER_OTLP_TIMEOUT",
+        );
         let millis: u64 = self.positive(timeout_name)?;
         let mut headers = self.otlp_pairs("OTEL_EXPORTER_OTLP_HEADERS", true)?;
         for (name, value) in self.otlp_pairs("OTEL_EXPORTER_OTLP_TRACES_HEADERS", true)? {
@@ -750,10 +756,13 @@ impl Settings {
             headers.push((name, value));
         }
         let mut resource = self.otlp_pairs("OTEL_RESOURCE_ATTRIBUTES", false)?;
+        // The last of a repeated key holds, service.name's included.
         let from_resource = resource
             .iter()
-            .position(|(k, _)| k == "service.name")
-            .map(|i| resource.remove(i).1);
+            .rev()
+            .find(|(k, _)| k == "service.name")
+            .map(|(_, v)| v.clone());
+        resource.retain(|(k, _)| k != "service.name");
         let traces = self.otlp_url("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")?;
         let base = self.otlp_url("OTEL_EXPORTER_OTLP_ENDPOINT")?;
         let traces_endpoint = match (traces, base) {

@@ -21,7 +21,7 @@ impl fmt::Debug for Secret {
 
 /// Why a secret was refused (the secret itself is never part of the message).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("a signing secret must be whsec_ followed by base64 of at least one byte")]
+#[error("a signing secret must be whsec_ followed by base64 (or base64 of 24 bytes or more)")]
 pub struct InvalidSecret;
 
 /// Fewer key bytes than the Standard Webhooks specification recommends (24): such a
@@ -29,15 +29,23 @@ pub struct InvalidSecret;
 pub(crate) const RECOMMENDED_KEY_BYTES: usize = 24;
 
 impl Secret {
-    /// Parses `whsec_<base64>` (the prefix is optional). Any key of one byte or
-    /// more is taken, as the Standard Webhooks libraries take it: a source verifies
-    /// with whatever its sender chose. [`Secret::is_short`] tells a key under the
-    /// recommended 24 bytes. `whsec_c2hvcnQ=` (five bytes) parses and is short;
-    /// `whsec_` and text that is not base64 do not parse.
+    /// Parses `whsec_<base64>`. Any key of one byte or more is taken, as the
+    /// Standard Webhooks libraries take it: a source verifies with whatever its
+    /// sender chose; [`Secret::is_short`] tells a key under the recommended 24
+    /// bytes. Without the `whsec_` prefix the base64 must hold 24 bytes or more.
+    /// `whsec_c2hvcnQ=` (five bytes) parses and is short; `c2hvcnQ=`, `whsec_`
+    /// and text that is not base64 do not parse.
     pub fn parse(text: &str) -> Result<Self, InvalidSecret> {
-        let b64 = text.trim().strip_prefix("whsec_").unwrap_or(text.trim());
+        let text = text.trim();
+        let (b64, prefixed) = match text.strip_prefix("whsec_") {
+            Some(b64) => (b64, true),
+            None => (text, false),
+        };
         let key = STANDARD.decode(b64).map_err(|_| InvalidSecret)?;
-        if key.is_empty() {
+        // Without the prefix only a real key's length is taken, so that a
+        // placeholder (`test`, `changeme`: base64 too) is not a key by accident.
+        let least = if prefixed { 1 } else { RECOMMENDED_KEY_BYTES };
+        if key.len() < least {
             return Err(InvalidSecret);
         }
         Ok(Self(key))
@@ -169,6 +177,13 @@ mod tests {
                 .is_short()
         );
         assert_eq!(Secret::parse("whsec_"), Err(InvalidSecret));
+        assert_eq!(
+            Secret::parse("c2hvcnQ="),
+            Err(InvalidSecret),
+            "no prefix: a key's length"
+        );
+        assert_eq!(Secret::parse("test"), Err(InvalidSecret), "a placeholder");
+        assert!(Secret::parse("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").is_ok());
         assert_eq!(Secret::parse("not base64!"), Err(InvalidSecret));
         assert_eq!(Secret::parse_list("  "), Err(InvalidSecret));
     }

@@ -362,10 +362,29 @@ fn the_standard_otel_variables_apply() {
         Some("hooks")
     );
     drop(hb);
+    // The traces' protocol wins over the general one (which alone would exit 2);
+    // an exporter list naming otlp exports, a disabled flag other than true is
+    // false.
+    let both = Receiver::start();
+    let hb = Hookbox::start(&[
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", &both.url),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf"),
+        ("OTEL_TRACES_EXPORTER", "console,otlp"),
+        ("OTEL_SDK_DISABLED", "no"),
+    ]);
+    assert_eq!(
+        hb.post(&json!({"event_type": "plain", "payload": {}}), &[])
+            .status,
+        202
+    );
+    both.wait_for(1, WAIT);
+    drop(hb);
     // Turned off: no exporter at all, nothing sent.
     for off in [
-        ("OTEL_SDK_DISABLED", "true"),
+        ("OTEL_SDK_DISABLED", "TRUE"),
         ("OTEL_TRACES_EXPORTER", "none"),
+        ("OTEL_TRACES_EXPORTER", "zipkin"),
     ] {
         let quiet = Receiver::start();
         let hb = Hookbox::start(&[("OTEL_EXPORTER_OTLP_ENDPOINT", &quiet.url), off]);
@@ -387,8 +406,6 @@ fn the_standard_otel_variables_apply() {
     }
     let dir = new_dir();
     for (name, value) in [
-        ("OTEL_SDK_DISABLED", "maybe"),
-        ("OTEL_TRACES_EXPORTER", "zipkin"),
         (
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
             "127.0.0.1:4318/v1/traces",

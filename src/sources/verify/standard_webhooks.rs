@@ -48,7 +48,7 @@ pub(crate) enum InvalidKey {
     Public(usize),
     /// Anything else that is not a `whsec_` secret.
     #[error(
-        "secret number {0} is not a whsec_ secret (base64 of one byte or more) nor a whpk_ public key"
+        "secret number {0} is not a whsec_ secret (whsec_ and base64, or base64 of 24 bytes or more) nor a whpk_ public key"
     )]
     Symmetric(usize),
     /// No value at all.
