@@ -351,7 +351,7 @@ impl Config {
         let s = Settings(values);
         Ok(Self {
             bind_addr: s.parse("BIND_ADDR", "an address like 0.0.0.0:8000")?,
-            database_url: s.optional("DATABASE_URL"),
+            database_url: s.database_url()?,
             db_path: PathBuf::from(s.text("DB_PATH")),
             database_max_connections: s.positive("DATABASE_MAX_CONNECTIONS")?,
             handlers_dir: PathBuf::from(s.text("HANDLERS_DIR")),
@@ -838,6 +838,26 @@ impl Settings {
                 }
             })
             .collect()
+    }
+
+    /// `DATABASE_URL`: a `postgres://` URL must be one the driver can use (a port
+    /// that is a number, a known `sslmode`, …) — a typo is the configuration's
+    /// fault, exit 2 — whether the server answers is found when connecting.
+    fn database_url(&self) -> Result<Option<String>, ConfigError> {
+        let url = self.optional("DATABASE_URL");
+        #[cfg(feature = "postgres")]
+        if let Some(text) = url
+            .as_deref()
+            .filter(|u| u.starts_with("postgres://") || u.starts_with("postgresql://"))
+        {
+            sqlx::postgres::PgConnectOptions::from_str(text).map_err(|e| {
+                self.invalid(
+                    "DATABASE_URL",
+                    &format!("not a PostgreSQL URL the driver can use: {e}"),
+                )
+            })?;
+        }
+        Ok(url)
     }
 
     fn hosts(&self, name: &'static str) -> Result<Vec<String>, ConfigError> {

@@ -70,6 +70,24 @@ fn the_admin_token_is_not_echoed_in_errors() {
     assert!(!stderr.contains("s3cret-token"));
 }
 
+/// A `postgres://` URL the driver cannot use is a configuration mistake: exit 2,
+/// one line naming `DATABASE_URL`, its password not shown (no server needed).
+#[test]
+fn an_unusable_postgres_url_exits_2_without_its_password() {
+    let dir = tempfile::tempdir().expect("dir");
+    for url in [
+        "postgres://app:s3cretPW@127.0.0.1:notaport/db",
+        "postgres://app:s3cretPW@127.0.0.1:5432/db?sslmode=bogus",
+        "postgresql://app:s3cretPW@[bad/db",
+    ] {
+        let (code, stderr) = run_with(&[("DATABASE_URL", url)], dir.path());
+        assert_eq!(code, Some(2), "{url}: {stderr}");
+        assert!(stderr.contains("DATABASE_URL"), "{url}: {stderr}");
+        assert!(!stderr.contains("s3cretPW"), "{url}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    }
+}
+
 #[test]
 fn a_blank_or_short_admin_token_exits_2() {
     let dir = tempfile::tempdir().expect("dir");
