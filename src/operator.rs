@@ -79,15 +79,25 @@ fn decode(
 /// How often an instance sharing PostgreSQL reads the states the others kept.
 const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Several instances (PostgreSQL): follows, every second, the operators' pauses
-/// and resumes and the disabled destinations that other instances kept.
+/// Several instances (PostgreSQL): follows the operators' pauses and resumes,
+/// `Retry-After` pauses and disabled destinations that other instances kept — at
+/// once when the database announces a change (`NOTIFY`), else every second.
 pub(crate) async fn follow(
     store: Arc<dyn Store>,
     lanes: Arc<crate::processing::lanes::Lanes>,
     registry: Arc<LiveRegistry>,
 ) {
+    let changes = store.destination_changes();
     loop {
-        tokio::time::sleep(FOLLOW_EVERY).await;
+        match &changes {
+            Some(changed) => {
+                tokio::select! {
+                    () = tokio::time::sleep(FOLLOW_EVERY) => {}
+                    () = changed.notified() => {}
+                }
+            }
+            None => tokio::time::sleep(FOLLOW_EVERY).await,
+        }
         let Ok(states) = store.destination_states().await else {
             continue; // the database is away: the next round
         };
@@ -155,7 +165,9 @@ pub(crate) async fn run(
     }
 }
 
-async fn keep(store: &dyn Store, name: &str, stored: &Stored) {
+/// Keeps a destination's state in the database (a warning if it cannot): for a
+/// restart, and for the other instances sharing PostgreSQL, which follow it.
+pub(crate) async fn keep(store: &dyn Store, name: &str, stored: &Stored) {
     let text = match serde_json::to_string(stored) {
         Ok(text) => text,
         Err(e) => {

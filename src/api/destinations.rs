@@ -172,7 +172,11 @@ pub(crate) async fn pause(
     Path(name): Path<String>,
 ) -> Result<Json<Destination>, Problem> {
     let flow = flow_of(&registry, &name)?;
-    inbox.lanes().pause(&name, flow);
+    let stored = inbox.lanes().pause(&name, flow);
+    // Kept before the answer (the operator task keeps it too), so that the
+    // other instances sharing the database follow at once (SPEC §10: paused
+    // until resumed, on every instance).
+    crate::operator::keep(&*store, &name, &stored).await;
     one(&inbox, &registry, &*store, &name).await
 }
 
@@ -196,7 +200,8 @@ pub(crate) async fn resume(
     Path(name): Path<String>,
 ) -> Result<Json<Destination>, Problem> {
     let flow = flow_of(&registry, &name)?;
-    inbox.lanes().resume(&name, flow);
+    let stored = inbox.lanes().resume(&name, flow);
+    crate::operator::keep(&*store, &name, &stored).await;
     one(&inbox, &registry, &*store, &name).await
 }
 

@@ -579,10 +579,19 @@ impl<J> Lane<J> {
     }
 
     /// Follows what another instance kept (several instances on PostgreSQL): an
-    /// operator's pause, a disabled destination, and a resume of either. The
-    /// circuit and `Retry-After` pauses stay each instance's own. True when it
-    /// changed anything.
+    /// operator's pause, a `Retry-After` pause (the receiver asked the whole
+    /// destination to wait, SPEC §10), a disabled destination, and a resume of
+    /// either. The circuit stays each instance's own. True when it changed
+    /// anything.
     pub(crate) fn follow(&mut self, stored: &Stored, now: Instant) -> bool {
+        if let Some(until) = stored.paused_until.as_deref().and_then(Timestamp::parse) {
+            let left = (until.0 - Timestamp::now().0).to_std().unwrap_or_default();
+            let later = self.paused_until.is_none_or(|(_, mine)| mine.0 < until.0);
+            if stored.state == "paused" && !left.is_zero() && later {
+                self.paused_until = Some((now + left.min(MAX_PAUSE), until));
+                return true;
+            }
+        }
         match stored.state.as_str() {
             "paused" if stored.paused_until.is_none() && !self.paused => {
                 self.pause(now);
@@ -858,6 +867,28 @@ mod tests {
             panic!("open")
         };
         assert_eq!(next_probe, now + FIRST_PROBE);
+    }
+
+    /// Another instance's `Retry-After` pause holds here too, until its end.
+    #[test]
+    fn a_retry_after_pause_kept_elsewhere_is_followed() {
+        let now = Instant::now();
+        let mut there = lane(8);
+        there.enter(Uuid::now_v7(), 0, now, false);
+        there.finish(
+            Verdict::Retryable {
+                error: "HTTP 429".into(),
+                retry_after: Some(Duration::from_secs(5)),
+            },
+            now,
+        );
+        let kept = there.stored(now);
+        assert_eq!(kept.state, "paused");
+        let mut here = lane(8);
+        assert!(here.follow(&kept, now));
+        assert_eq!(here.state(now), State::Paused);
+        assert!(!here.follow(&kept, now), "once");
+        assert_eq!(here.state(now + Duration::from_secs(6)), State::Healthy);
     }
 
     /// After an operator's resume a destination that keeps failing is `failing`

@@ -428,13 +428,15 @@ impl Lanes {
         self.after(&name, go, spilled, None, when.is_some());
     }
 
-    /// An operator pauses a destination.
-    pub(crate) fn pause(&self, name: &str, flow: FlowControl) {
+    /// An operator pauses a destination; the state to keep (the caller keeps it
+    /// before answering, so that other instances follow at once).
+    pub(crate) fn pause(&self, name: &str, flow: FlowControl) -> Stored {
         self.by_operator(name, flow, |lane, now| lane.pause(now))
     }
 
-    /// An operator resumes a destination: healthy, its due work runs at once.
-    pub(crate) fn resume(&self, name: &str, flow: FlowControl) {
+    /// An operator resumes a destination: healthy, its due work runs at once; the
+    /// state to keep, as [`Lanes::pause`].
+    pub(crate) fn resume(&self, name: &str, flow: FlowControl) -> Stored {
         self.by_operator(name, flow, |lane, now| lane.resume(now))
     }
 
@@ -443,23 +445,25 @@ impl Lanes {
         name: &str,
         flow: FlowControl,
         change: impl FnOnce(&mut Held, Instant) -> Option<Transition>,
-    ) {
+    ) -> Stored {
         let now = Instant::now();
         let mut lanes = self.lock();
         let lane = lanes
             .entry(name.to_owned())
             .or_insert_with(|| Held::new(name, flow));
         let notice = change(lane, now).map(|t| (t, None));
+        let stored = lane.stored(now);
         self.tell(Notice::Destination {
             name: name.to_owned(),
             transition: notice.as_ref().map(|(t, _)| t.clone()),
-            stored: lane.stored(now),
+            stored: stored.clone(),
             by_operator: true,
             quiet: false,
         });
         let (go, spilled, when) = self.release(lane, now);
         drop(lanes);
         self.after(name, go, spilled, notice, when.is_some());
+        stored
     }
 
     /// A destination's lane as shown (healthy since these lanes began while it has

@@ -579,6 +579,13 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// Notified when an instance kept a destination's state
+    /// ([`Store::save_destination`]; a `NOTIFY` on PostgreSQL); `None` where no
+    /// other instance can.
+    fn destination_changes(&self) -> Option<Arc<tokio::sync::Notify>> {
+        None
+    }
+
     /// Stores a new subscriber; false when the name is taken.
     async fn insert_subscriber(&self, subscriber: Subscriber) -> Result<bool, StoreError>;
 

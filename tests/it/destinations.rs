@@ -715,8 +715,9 @@ fn two_instances_share_a_rate_limit() {
     );
 }
 
-/// PostgreSQL: an operator's pause on one instance holds on the others (within
-/// about a second), and so does the resume.
+/// PostgreSQL: an operator's pause on one instance holds on the others as soon as
+/// it is answered (the state is kept before the answer and announced with
+/// `NOTIFY`), and so does the resume.
 #[test]
 fn a_pause_holds_on_every_instance() {
     let Some(db) = crate::harness::Db::postgres() else {
@@ -734,10 +735,15 @@ fn a_pause_holds_on_every_instance() {
     let (a, b) = (start("node-a"), start("node-b"));
     let paused = a.call("POST", "/destinations/billing/pause", Some(&json!({})), &[]);
     assert_eq!(paused.json()["state"], "paused");
-    eventually(WAIT, "paused on the other instance", || {
-        let d = b.call("GET", "/destinations/billing", None, &[]).json();
-        (d["state"] == "paused").then_some(())
-    });
+    // Not the once-a-second look: the announcement.
+    eventually(
+        Duration::from_millis(400),
+        "paused on the other instance",
+        || {
+            let d = b.call("GET", "/destinations/billing", None, &[]).json();
+            (d["state"] == "paused").then_some(())
+        },
+    );
     let ids: Vec<String> = (0..6)
         .map(|n| {
             let hb = if n % 2 == 0 { &a } else { &b };
@@ -764,6 +770,50 @@ fn a_pause_holds_on_every_instance() {
     );
     for id in &ids {
         a.wait_status(id, "completed", WAIT);
+    }
+}
+
+/// PostgreSQL: a receiver's `Retry-After` pauses its destination on every
+/// instance, not only on the one that got the answer.
+#[test]
+fn a_retry_after_pause_holds_on_every_instance() {
+    let Some(db) = crate::harness::Db::postgres() else {
+        return;
+    };
+    let dir = new_dir();
+    let r = Receiver::start();
+    r.then(Answer::status(503).retry_after("3"));
+    http_manifest(dir.path(), "asks", "[\"t\"]", &r.url, "", "");
+    let start = |name: &'static str| {
+        Hookbox::restart(
+            dir.clone(),
+            &db.env(&[("ALLOWED_TARGETS", "127.0.0.0/8"), ("INSTANCE_ID", name)]),
+        )
+    };
+    let (a, b) = (start("node-a"), start("node-b"));
+    a.post(&event("t", 0), &[]);
+    r.wait_for(1, WAIT);
+    eventually(
+        Duration::from_secs(2),
+        "paused on the other instance",
+        || {
+            let d = b.call("GET", "/destinations/asks", None, &[]).json();
+            (d["state"] == "paused" && d["paused_until"].is_string()).then_some(())
+        },
+    );
+    let asked = r.requests()[0].at;
+    for n in 1..5 {
+        let hb = if n % 2 == 0 { &a } else { &b };
+        assert_eq!(hb.post(&event("t", n), &[]).status, 202);
+    }
+    let got = r.wait_for(5, WAIT);
+    assert_eq!(got.len(), 5, "each event once, the paused one retried");
+    for later in &got[1..] {
+        assert!(
+            later.at >= asked + Duration::from_millis(2900),
+            "a delivery went out {:?} after the Retry-After of 3 s",
+            later.at - asked
+        );
     }
 }
 

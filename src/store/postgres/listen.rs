@@ -1,7 +1,8 @@
 //! The `LISTEN` connection: turns `NOTIFY hookbox_work` from any instance into a
-//! wake-up of this instance's claimer, and `NOTIFY hookbox_subscribers` (sent by
-//! the trigger of migration 0009 on every change of the subscribers) into a reload
-//! of its routing table, reconnecting by itself.
+//! wake-up of this instance's claimer, `NOTIFY hookbox_subscribers` (sent by the
+//! trigger of migration 0009 on every change of the subscribers) into a reload of
+//! its routing table, and `NOTIFY hookbox_destinations` (sent with every kept
+//! destination state) into a look at the states, reconnecting by itself.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,11 +16,19 @@ use super::claim::CHANNEL;
 /// The channel on which changes of the subscribers are announced.
 const SUBSCRIBERS: &str = "hookbox_subscribers";
 
+/// The channel on which kept destination states are announced.
+pub(super) const DESTINATIONS: &str = "hookbox_destinations";
+
 /// Longest wait between reconnection attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Listens forever on its own connection (not one of the pool's).
-pub(super) async fn run(options: PgConnectOptions, wake: Arc<Notify>, changed: Arc<Notify>) {
+pub(super) async fn run(
+    options: PgConnectOptions,
+    wake: Arc<Notify>,
+    changed: Arc<Notify>,
+    destinations: Arc<Notify>,
+) {
     let pool = PgPoolOptions::new()
         .max_connections(1)
         .connect_lazy_with(options);
@@ -34,7 +43,10 @@ pub(super) async fn run(options: PgConnectOptions, wake: Arc<Notify>, changed: A
                 continue;
             }
         };
-        if let Err(e) = listener.listen_all([CHANNEL, SUBSCRIBERS]).await {
+        if let Err(e) = listener
+            .listen_all([CHANNEL, SUBSCRIBERS, DESTINATIONS])
+            .await
+        {
             warn!(error = %e, "LISTEN failed; retrying");
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -43,15 +55,18 @@ pub(super) async fn run(options: PgConnectOptions, wake: Arc<Notify>, changed: A
         // Announcements sent while we were not listening are lost: look now.
         wake.notify_one();
         changed.notify_one();
+        destinations.notify_one();
         backoff = Duration::from_millis(100);
         loop {
             match listener.try_recv().await {
                 Ok(Some(n)) if n.channel() == SUBSCRIBERS => changed.notify_one(),
+                Ok(Some(n)) if n.channel() == DESTINATIONS => destinations.notify_one(),
                 Ok(Some(_)) => wake.notify_one(),
                 Ok(None) => {
                     debug!("LISTEN connection lost; reconnecting");
                     wake.notify_one();
                     changed.notify_one();
+                    destinations.notify_one();
                     tokio::time::sleep(backoff).await;
                 }
                 Err(e) => {

@@ -70,6 +70,8 @@ pub struct PgStore {
     announced: Arc<Notify>,
     /// Poked by the `LISTEN` task when another instance changed the subscribers.
     subscribers_changed: Arc<Notify>,
+    /// Poked by the `LISTEN` task when an instance kept a destination's state.
+    destinations_changed: Arc<Notify>,
     /// The group-commit task for outcomes.
     finishes: mpsc::Sender<finisher::Request>,
     /// Told when an ordered outcome was sent (`finisher::run`).
@@ -145,6 +147,7 @@ impl PgStore {
             inserts,
             announced: Arc::new(Notify::new()),
             subscribers_changed: Arc::new(Notify::new()),
+            destinations_changed: Arc::new(Notify::new()),
             listening: Arc::new(OnceLock::new()),
             stats: Arc::default(),
             keys: Default::default(),
@@ -165,6 +168,7 @@ impl PgStore {
                 self.options.clone(),
                 self.announced.clone(),
                 self.subscribers_changed.clone(),
+                self.destinations_changed.clone(),
             ));
         });
     }
@@ -521,12 +525,20 @@ impl Store for PgStore {
             .collect()
     }
 
+    /// Kept and announced in one transaction: the `NOTIFY` on
+    /// [`listen::DESTINATIONS`] reaches every instance's `LISTEN` once committed.
     async fn save_destination(&self, name: String, state: String) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
         sqlx::query(super::sql::SAVE_DESTINATION)
             .bind(name)
             .bind(state)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
+        sqlx::query("SELECT pg_notify($1, '')")
+            .bind(listen::DESTINATIONS)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -676,6 +688,11 @@ impl Store for PgStore {
     fn subscriber_changes(&self) -> Option<Arc<Notify>> {
         self.listen();
         Some(self.subscribers_changed.clone())
+    }
+
+    fn destination_changes(&self) -> Option<Arc<Notify>> {
+        self.listen();
+        Some(self.destinations_changed.clone())
     }
 
     async fn insert_subscriber(&self, subscriber: Subscriber) -> Result<bool, StoreError> {
