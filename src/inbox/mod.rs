@@ -322,6 +322,11 @@ impl Inbox {
         self.0.feed.overloaded()
     }
 
+    /// How many more due deliveries fit under `QUEUE_MAXSIZE` now.
+    pub(crate) fn room(&self) -> usize {
+        self.0.feed.room()
+    }
+
     /// Work waiting or running (`hookbox_queue_depth`).
     pub fn depth(&self) -> usize {
         self.0.feed.dispatch().depth()

@@ -53,6 +53,13 @@ impl Feed {
         }
     }
 
+    /// How many more due deliveries `QUEUE_MAXSIZE` has room for now (a pull
+    /// source reads no more events than that before it looks again).
+    pub(crate) fn room(&self) -> usize {
+        let dispatch = self.dispatch();
+        dispatch.capacity().saturating_sub(dispatch.depth())
+    }
+
     /// The window, where there is one (SQLite): its ordering gate and per-lane
     /// counts.
     pub(crate) fn window(&self) -> Option<&Arc<Window>> {

@@ -720,6 +720,43 @@ fn a_frozen_websocket_upstream_is_given_up_and_reconnected() {
     });
 }
 
+/// A server that refuses the WebSocket upgrade with `503` and `Retry-After: 2`
+/// is asked again after 2 s, not after the backoff's 100 ms (SPEC §7: failures
+/// back off "honouring Retry-After", as a poll source does).
+#[test]
+fn a_websocket_refusal_with_retry_after_is_honoured() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("ws://{}/stream", listener.local_addr().unwrap());
+    let tries = Arc::new(Mutex::new(Vec::new()));
+    let seen = tries.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            seen.lock().unwrap().push(std::time::Instant::now());
+            let mut head = [0u8; 4096];
+            let _ = conn.read(&mut head);
+            let _ = conn.write_all(
+                b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 2\r\n\
+                  Content-Length: 0\r\nConnection: close\r\n\r\n",
+            );
+        }
+    });
+    let dir = ws_dir(&url);
+    let _hb = start(&dir, &Db::sqlite(), &[]);
+    eventually(Duration::from_secs(20), "three tries", || {
+        (tries.lock().unwrap().len() >= 3).then_some(())
+    });
+    let at = tries.lock().unwrap().clone();
+    for pair in at.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(
+            gap >= Duration::from_millis(1900),
+            "asked again after {gap:?}"
+        );
+    }
+}
+
 /// Issue 27, item 10: while the queue is full the adapter commits nothing, and
 /// read-ahead was counted in messages only (8,192 of them: 2,000 messages of
 /// 200 KB took RSS to 968 MB); now it is bounded in bytes too, so RSS grows by a
@@ -781,6 +818,13 @@ fn websocket_read_ahead_is_bounded_in_bytes() {
         "RSS went from {before} to {during} MiB while the queue was full"
     );
     eprintln!("RSS {before} MiB before, {during} MiB with the queue full");
+    // And a group takes no more than the queue has room for: the bound of 5
+    // due deliveries holds (one delivery an event), not a whole read-ahead.
+    let stored = stored_keys(&hb).len();
+    assert!(
+        stored <= 5,
+        "{stored} events committed against a QUEUE_MAXSIZE of 5"
+    );
 }
 
 /// Issue 27, item 8: a page of 50,000 items used to be one transaction holding

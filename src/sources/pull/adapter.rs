@@ -137,6 +137,14 @@ impl Adapter {
         self.status().reset.notified().now_or_never().is_some()
     }
 
+    /// How many events to take at most before looking at the queue again: its room
+    /// (at least one, at most `max`), so that a group commit does not run far
+    /// past `QUEUE_MAXSIZE` (an event with several deliveries may pass it by
+    /// those).
+    pub(super) fn room(&self, max: usize) -> usize {
+        self.inbox.room().clamp(1, max)
+    }
+
     /// Waits while the queue is full (state `paused`); false when stopped.
     pub(super) async fn wait_for_room(&self) -> bool {
         if self.inbox.overloaded().is_none() {

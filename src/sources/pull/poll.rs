@@ -112,9 +112,10 @@ pub(super) async fn run(a: &Adapter, s: &mut Session, backoff: &mut Backoff) -> 
     }
 }
 
-/// Commits a page's items in chunks of [`CHUNK_ITEMS`], each with the cursor of
-/// its last item (so a large page holds the writer for one chunk at a time, and
-/// waits for room in the queue between chunks); stops early when the cursor
+/// Commits a page's items in chunks of [`CHUNK_ITEMS`] at most (and no more than
+/// the queue has room for), each with the cursor of its last item (so a large page
+/// holds the writer for one chunk at a time, and waits for room in the queue
+/// between chunks); stops early when the cursor
 /// moved meanwhile, or when shutdown begins (the rest is fetched again).
 async fn commit_page(
     a: &Adapter,
@@ -129,7 +130,7 @@ async fn commit_page(
         }
         let chunk = texts
             .by_ref()
-            .take(CHUNK_ITEMS)
+            .take(a.room(CHUNK_ITEMS))
             .map(|t| a.read(t))
             .collect();
         last = a.commit(s, chunk).await?;

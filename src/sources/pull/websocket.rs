@@ -84,8 +84,8 @@ pub(super) async fn run(a: &Adapter, s: &mut Session, backoff: &mut Backoff) -> 
         };
         let ws = match connected {
             Ok(ws) => ws,
-            Err(error) => {
-                if !a.fail(backoff, &error, None).await {
+            Err((error, retry_after)) => {
+                if !a.fail(backoff, &error, retry_after).await {
                     return End::Stopped;
                 }
                 continue;
@@ -114,30 +114,40 @@ pub(super) async fn run(a: &Adapter, s: &mut Session, backoff: &mut Backoff) -> 
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-/// Connects (with the manifest's headers) and subscribes from `cursor`.
+/// Connects (with the manifest's headers) and subscribes from `cursor`; or why
+/// not, with the `Retry-After` of an HTTP answer that refused the upgrade (a 429
+/// or 503 asking to wait is honoured like a poll source's, SPEC §7).
 async fn connect(
     a: &Adapter,
     url: &url::Url,
     subscribe: Option<&str>,
     cursor: Option<&str>,
-) -> Result<Ws, String> {
+) -> Result<Ws, (String, Option<std::time::Duration>)> {
     let mut request = url
         .as_str()
         .into_client_request()
-        .map_err(|e| format!("bad WebSocket request: {e}"))?;
+        .map_err(|e| (format!("bad WebSocket request: {e}"), None))?;
     for (name, value) in &a.spec.headers {
         request.headers_mut().insert(name.clone(), value.clone());
     }
     let (mut ws, _) =
         tokio::time::timeout(REQUEST_TIMEOUT, tokio_tungstenite::connect_async(request))
             .await
-            .map_err(|_| "connecting timed out".to_owned())?
-            .map_err(|e| format!("connecting failed: {e}"))?;
+            .map_err(|_| ("connecting timed out".to_owned(), None))?
+            .map_err(|e| {
+                let wait = match &e {
+                    tokio_tungstenite::tungstenite::Error::Http(answer) => {
+                        super::backoff::retry_after(answer.headers())
+                    }
+                    _ => None,
+                };
+                (format!("connecting failed: {e}"), wait)
+            })?;
     if let Some(template) = subscribe {
         let message = subscribe_message(template, cursor);
         ws.send(Message::text(message))
             .await
-            .map_err(|e| format!("sending the subscribe message failed: {e}"))?;
+            .map_err(|e| (format!("sending the subscribe message failed: {e}"), None))?;
     }
     Ok(ws)
 }
@@ -265,7 +275,7 @@ async fn commit_loop(
                 }
                 return Closed::Reset;
             }
-            n = rx.recv_many(&mut buf, MAX_GROUP) => {
+            n = rx.recv_many(&mut buf, a.room(MAX_GROUP)) => {
                 if n == 0 {
                     return Closed::Failed("the connection ended".into());
                 }
