@@ -127,7 +127,11 @@ pub(crate) async fn run(
                 by_operator,
                 quiet,
             } => {
-                keep(&*store, &name, &stored).await;
+                // An operator's change was kept by the API before it answered;
+                // keeping it again here, later, could land after a newer one.
+                if !by_operator {
+                    keep(&*store, &name, &stored).await;
+                }
                 let Some(t) = transition.filter(|_| !quiet) else {
                     continue;
                 };

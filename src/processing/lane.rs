@@ -541,6 +541,7 @@ impl<J> Lane<J> {
             last_error: self.last_error.clone(),
             last_success: ts(self.last_success),
             failing_since: ts(self.failing_since),
+            kept_by: Some(this_process().to_owned()),
         }
     }
 
@@ -584,6 +585,9 @@ impl<J> Lane<J> {
     /// either. The circuit stays each instance's own. True when it changed
     /// anything.
     pub(crate) fn follow(&mut self, stored: &Stored, now: Instant) -> bool {
+        if stored.kept_by.as_deref() == Some(this_process()) {
+            return false;
+        }
         if let Some(until) = stored.paused_until.as_deref().and_then(Timestamp::parse) {
             let left = (until.0 - Timestamp::now().0).to_std().unwrap_or_default();
             let later = self.paused_until.is_none_or(|(_, mine)| mine.0 < until.0);
@@ -640,6 +644,17 @@ pub(crate) struct Stored {
     pub(crate) last_success: Option<String>,
     /// The first failure since the last success.
     pub(crate) failing_since: Option<String>,
+    /// The process that kept it ([`this_process`]): an instance does not follow
+    /// its own states — its lanes are ahead of what it kept, and a state read
+    /// back a moment late would undo a change made since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) kept_by: Option<String>,
+}
+
+/// A token of this process, set once: what [`Stored::kept_by`] holds.
+pub(crate) fn this_process() -> &'static str {
+    static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TOKEN.get_or_init(|| Uuid::new_v4().simple().to_string())
 }
 
 #[cfg(test)]
@@ -882,9 +897,11 @@ mod tests {
             },
             now,
         );
-        let kept = there.stored(now);
+        let mut kept = there.stored(now);
         assert_eq!(kept.state, "paused");
         let mut here = lane(8);
+        assert!(!here.follow(&kept, now), "not what this process kept");
+        kept.kept_by = Some("another process".into());
         assert!(here.follow(&kept, now));
         assert_eq!(here.state(now), State::Paused);
         assert!(!here.follow(&kept, now), "once");
