@@ -272,7 +272,8 @@ impl Workers {
                 response_status,
                 response_body: response_body.clone(),
                 request: request.clone(),
-                error: error.map(|m| redact::attempt_error(m, Attempt::MAX_ERROR_BYTES)),
+                // Stripped and bounded already (`result` above).
+                error: error.map(str::to_owned),
             }
         };
         let Err(failure) = result else {
